@@ -1,0 +1,105 @@
+"""What an analysis returns: numbers to cite, tables to embed, arrays to plot.
+
+Each number keeps its raw value (written to JSON at full precision) and the
+format in which the report cites it (written to `_variables.yml`), so that the
+prose never retypes a value: the Manubot pattern of raw plus formatted stats.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+def format_value(value: float | int, fmt: str) -> str:
+    """Format a value for the text. `fmt` is a Python format spec, or "sci" for 3.48e4-style notation.
+
+    Negative numbers use an ASCII hyphen-minus so they survive HTML and LaTeX alike.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if fmt.startswith("sci"):
+        digits = int(fmt[3:] or 2)
+        mantissa, exponent = f"{value:.{digits}e}".split("e")
+        return f"{mantissa}e{int(exponent)}"
+    return format(value, fmt)
+
+
+@dataclass(frozen=True)
+class Number:
+    """A cited number: raw value plus its display format (e.g. ".3f", "d", ".1%", "sci2")."""
+
+    value: float | int
+    fmt: str = ".4g"
+    description: str = ""
+
+    def __post_init__(self):
+        value = self.value.item() if isinstance(self.value, np.generic) else self.value
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"Number needs an int or float, got {type(self.value).__name__}")
+        object.__setattr__(self, "value", value)
+        format_value(value, self.fmt)  # fail early on a bad format
+
+    @property
+    def text(self) -> str:
+        return format_value(self.value, self.fmt)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table with named columns; `formats` maps a column to its display format in the markdown."""
+
+    columns: tuple[str, ...]
+    rows: tuple[tuple, ...]
+    formats: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "columns", tuple(self.columns))
+        rows = tuple(tuple(v.item() if isinstance(v, np.generic) else v for v in row) for row in self.rows)
+        object.__setattr__(self, "rows", rows)
+        for row in rows:
+            if len(row) != len(self.columns):
+                raise ValueError(f"row {row} has {len(row)} cells for {len(self.columns)} columns")
+
+    def column(self, name: str) -> list:
+        i = self.columns.index(name)
+        return [row[i] for row in self.rows]
+
+    def _cell(self, column: str, value) -> str:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and column in self.formats:
+            return format_value(value, self.formats[column])
+        return str(value)
+
+    def to_markdown(self) -> str:
+        """A pipe table for `{{< include >}}`: the caption and label live in the chapter."""
+        numeric = [all(isinstance(v, (int, float)) for v in self.column(c)) and self.rows for c in self.columns]
+        lines = ["| " + " | ".join(self.columns) + " |",
+                 "|" + "|".join("---:" if n else ":---" for n in numeric) + "|"]
+        lines += ["| " + " | ".join(self._cell(c, v) for c, v in zip(self.columns, row)) + " |"
+                  for row in self.rows]
+        return "\n".join(lines) + "\n"
+
+    def to_csv(self) -> str:
+        """Full-precision CSV for reviewers (floats as repr)."""
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(self.columns)
+        writer.writerows([repr(v) if isinstance(v, float) else v for v in row] for row in self.rows)
+        return out.getvalue()
+
+
+@dataclass
+class Result:
+    """The output of one analysis on one model.
+
+    `numbers` and `tables` are cached and cited; `arrays` feed the figure functions
+    and are not cached (the figures are).
+    """
+
+    numbers: dict[str, Number] = field(default_factory=dict)
+    tables: dict[str, Table] = field(default_factory=dict)
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
