@@ -1,0 +1,84 @@
+"""Linear-algebra primitives that several topics share, computed in float64.
+
+Kept in one place so that, e.g., "effective rank" or "cosine similarity by offset"
+means exactly the same thing in every chapter.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def cosine_matrix(X: np.ndarray) -> np.ndarray:
+    """C[i, j] = cos(x_i, x_j) for the rows x_i of X (zero rows raise)."""
+    X = np.asarray(X, dtype=np.float64)
+    norms = np.linalg.norm(X, axis=1)
+    if np.any(norms == 0):
+        raise ValueError("cosine similarity is undefined for a zero row")
+    U = X / norms[:, None]
+    return U @ U.T
+
+
+def upper_triangle(C: np.ndarray) -> np.ndarray:
+    """The n(n-1)/2 strictly-upper-triangular entries of a square matrix, exact zeros included."""
+    C = np.asarray(C)
+    if C.ndim != 2 or C.shape[0] != C.shape[1]:
+        raise ValueError(f"need a square matrix, got shape {C.shape}")
+    return C[np.triu_indices(C.shape[0], k=1)]
+
+
+def mean_by_offset(C: np.ndarray, exclude: tuple[int, ...] = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For k = 1..n-1: mean and standard deviation of C[i, i+k] over i, and how many pairs were used.
+
+    Rows/columns listed in `exclude` (e.g. position 0) are left out of every average.
+    """
+    C = np.asarray(C, dtype=np.float64)
+    n = C.shape[0]
+    keep = np.ones(n, dtype=bool)
+    keep[list(exclude)] = False
+    means, stds, counts = np.full(n - 1, np.nan), np.full(n - 1, np.nan), np.zeros(n - 1, dtype=int)
+    for k in range(1, n):
+        i = np.arange(n - k)
+        mask = keep[i] & keep[i + k]
+        values = C[i[mask], i[mask] + k]
+        counts[k - 1] = values.size
+        if values.size:
+            means[k - 1], stds[k - 1] = values.mean(), values.std()
+    return means, stds, counts
+
+
+def explained_variance_ratio(X: np.ndarray) -> np.ndarray:
+    """PCA of the rows of X (centred): the fraction of total variance along each principal axis, descending."""
+    X = np.asarray(X, dtype=np.float64)
+    s = np.linalg.svd(X - X.mean(axis=0), compute_uv=False)
+    var = s**2
+    return var / var.sum()
+
+
+def components_for(ratios: np.ndarray, fraction: float) -> int:
+    """The smallest k whose top-k explained-variance ratios sum to at least `fraction`."""
+    cumulative = np.cumsum(ratios)
+    return int(np.searchsorted(cumulative, fraction - 1e-12) + 1)
+
+
+def effective_rank(singular_values: np.ndarray) -> float:
+    """Roy & Vetterli's effective rank exp(H(p)), p_i = σ_i / Σσ_j, H the Shannon entropy (nats)."""
+    s = np.asarray(singular_values, dtype=np.float64)
+    if np.any(s < 0) or s.sum() == 0:
+        raise ValueError("need non-negative singular values, not all zero")
+    p = s[s > 0] / s.sum()
+    return float(np.exp(-(p * np.log(p)).sum()))
+
+
+def top_right_singular_vectors(X: np.ndarray, k: int, center: bool = False) -> np.ndarray:
+    """The top-k right singular vectors of X (or of X with its mean row removed), as a [D, k] orthonormal basis.
+
+    Signs are fixed so that each vector's largest-magnitude entry is positive, making results reproducible.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    if center:
+        X = X - X.mean(axis=0)
+    _, _, vt = np.linalg.svd(X, full_matrices=False)
+    V = vt[:k].T
+    signs = np.sign(V[np.abs(V).argmax(axis=0), np.arange(V.shape[1])])
+    return V * signs
