@@ -1,8 +1,8 @@
 """Command line: `python -m analyses {run,list,status,bench}`.
 
     run [NAMES…] [--model M]… [--weights DIR] [--force]   compute what is stale, write the cache
-    list [--model M]…                                     analyses, what they need, cached status
-    status [--model M]… [--weights DIR]                   exit 1 when anything is stale or missing
+    list [NAMES…] [--model M]…                            analyses, what they need, cached status
+    status [NAMES…] [--model M]… [--weights DIR]          exit 1 when anything is stale or missing
     bench                                                 time a cold and a warm run, peak memory
 
 Models default to the report's (gpt2 and all-MiniLM-L6-v2). GPT-2's weights come
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from analyses.cache import DEFAULT_ROOT, DEFAULT_VARIABLES, Cache
 from analyses.checkpoint import WeightsError
-from analyses.sources import REPORT_MODELS, WEIGHTS_ENV, model_spec
+from analyses.sources import REPORT_MODELS, WEIGHTS_ENV, model_spec, open_source
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,8 +30,8 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"local directory with the model's weights (for gpt2 also ${WEIGHTS_ENV})")
     common.add_argument("--cache-dir", type=Path, metavar="DIR",
                         help="cache directory (default: report/_cache; _variables.yml is then written inside it)")
+    common.add_argument("names", nargs="*", help="analyses (default: all)")
     run = sub.add_parser("run", parents=[common], help="compute stale analyses and write the cache")
-    run.add_argument("names", nargs="*", help="analyses to run (default: all)")
     run.add_argument("--force", action="store_true", help="recompute even when the cache is fresh")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     sub.add_parser("list", parents=[common], help="list analyses, their needs and cached status")
@@ -48,13 +48,18 @@ def _cache(args) -> Cache:
 
 def _jobs(args, need_weights: bool):
     """Plan jobs; with need_weights=False a model whose weights are unavailable is planned without them."""
-    from analyses.pipeline import open_sources, plan, select
+    from analyses.pipeline import plan, select
 
-    analyses = select(getattr(args, "names", ()))
+    analyses = select(args.names)
+    models = args.model or list(REPORT_MODELS)
+    if args.weights is not None and len(models) != 1:
+        raise WeightsError("--weights names one directory: choose the model it holds with --model")
     sources, warnings = [], []
-    for model in args.model or list(REPORT_MODELS):
+    for model in models:
         try:
-            sources += open_sources([model], args.weights)
+            source = open_source(model, args.weights)
+            source.shape, source.fingerprint  # fail now, with one clear message, not midway through a run
+            sources.append(source)
         except WeightsError as exc:
             if need_weights:
                 raise

@@ -12,14 +12,12 @@ import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 from analyses.cache import COMMON, Cache, input_fingerprint, result_outputs
-from analyses.checkpoint import WeightsError
 from analyses.plotting import render
 from analyses.registry import Analysis, all_analyses
 from analyses.results import Result
-from analyses.sources import REPORT_MODELS, ModelSpec, WeightSource, open_source
+from analyses.sources import ModelSpec, WeightSource
 
 
 @dataclass(frozen=True)
@@ -60,14 +58,6 @@ def plan(analyses: list[Analysis], sources: list[WeightSource | ModelSpec]) -> l
     return jobs + [Job(a, COMMON, None) for a in analyses if a.scope == "common"]
 
 
-def open_sources(models: Iterable[str] | None, weights: Path | str | None) -> list[WeightSource]:
-    """Weight sources for the chosen models (the report's models by default)."""
-    models = list(models or REPORT_MODELS)
-    if weights is not None and len(models) != 1:
-        raise WeightsError("--weights names one directory: choose the model it holds with --model")
-    return [open_source(m, weights) for m in models]
-
-
 def _status_md(job: Job, manifest: dict) -> str:
     where = f" for {job.source.name}" if job.source else ""
     if manifest["status"] == "skipped":
@@ -86,7 +76,7 @@ def execute(job: Job, cache: Cache) -> dict:
     manifest = {"analysis": job.analysis.name, "title": job.analysis.title, "scope": job.scope,
                 "model": job.source.name if job.source else None,
                 "shape": job.source.shape.as_dict() if job.source else None, "input": inputs}
-    missing = job.source.tensors.missing(job.analysis.needs, job.source.shape) if job.source else []
+    missing = job.source.tensors.missing(job.analysis.needs) if job.source else []
     if missing:
         manifest.update(status="skipped", reason=(
             f"This checkpoint of {job.source.name} does not contain {', '.join(missing)}, which this "

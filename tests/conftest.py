@@ -1,0 +1,73 @@
+"""Shared fixtures: the real weights (when available) and tiny checkpoints the tests write themselves."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from analyses import sources
+from analyses.sources import WEIGHTS_ENV, ModelSpec
+
+TINY = {"d_model": 8, "n_ctx": 16, "n_layers": 2, "n_heads": 2, "d_vocab": 11}
+
+
+def gpt2_state_dict(rng: np.random.Generator, d=8, n_ctx=16, n_layers=2, d_vocab=11,
+                    with_wte: bool = True, with_mlp: bool = True) -> dict[str, np.ndarray]:
+    """A random GPT-2-layout state dict (unit tests only: never a cited result)."""
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    state = {"wpe.weight": f(n_ctx, d), "ln_f.weight": f(d), "ln_f.bias": f(d)}
+    if with_wte:
+        state["wte.weight"] = f(d_vocab, d)
+    for i in range(n_layers):
+        state |= {f"h.{i}.attn.c_attn.weight": f(d, 3 * d), f"h.{i}.attn.c_attn.bias": f(3 * d),
+                  f"h.{i}.attn.c_proj.weight": f(d, d), f"h.{i}.attn.c_proj.bias": f(d),
+                  f"h.{i}.ln_1.weight": f(d), f"h.{i}.ln_1.bias": f(d), f"h.{i}.ln_2.weight": f(d),
+                  f"h.{i}.ln_2.bias": f(d), f"h.{i}.mlp.c_fc.bias": f(4 * d), f"h.{i}.mlp.c_proj.bias": f(d)}
+        if with_mlp:
+            state |= {f"h.{i}.mlp.c_fc.weight": f(d, 4 * d), f"h.{i}.mlp.c_proj.weight": f(4 * d, d)}
+    return state
+
+
+def gpt2_config(d=8, n_ctx=16, n_layers=2, n_heads=2, d_vocab=11) -> dict:
+    return {"model_type": "gpt2", "n_embd": d, "n_positions": n_ctx, "n_layer": n_layers, "n_head": n_heads,
+            "vocab_size": d_vocab, "n_inner": None}
+
+
+def write_checkpoint(directory: Path, state: dict, config: dict) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file(state, str(directory / "model.safetensors"))
+    (directory / "config.json").write_text(json.dumps(config))
+    return directory
+
+
+@pytest.fixture
+def tiny_model(monkeypatch):
+    """Register a tiny GPT-2-shaped model 'tiny-gpt2' (hub repo test-org/tiny-gpt2) for the test's duration."""
+    spec = ModelSpec("tiny-gpt2", "tiny_gpt2", "test-org/tiny-gpt2", None,
+                     {"family": "gpt2", "d_model": 8, "n_layers": 2, "n_heads": 2, "n_ctx": 16})
+    monkeypatch.setitem(sources.MODELS, spec.name, spec)
+    return spec
+
+
+@pytest.fixture
+def tiny_checkpoint(tmp_path, tiny_model) -> Path:
+    """A partial tiny GPT-2 checkpoint (no wte, no MLP matrices), like the offline GPT-2 small."""
+    rng = np.random.default_rng(0)
+    return write_checkpoint(tmp_path / "tiny", gpt2_state_dict(rng, with_wte=False, with_mlp=False), gpt2_config())
+
+
+@pytest.fixture(scope="session")
+def gpt2_weights() -> Path:
+    """The real GPT-2 small directory from $GPT2_WEIGHTS; tests that need it skip, saying why, when unset."""
+    value = os.environ.get(WEIGHTS_ENV)
+    if not value:
+        pytest.skip(f"${WEIGHTS_ENV} is not set: no real GPT-2 weights to check against")
+    path = Path(value)
+    if not (path / "model.safetensors").is_file():
+        pytest.skip(f"${WEIGHTS_ENV}={value} holds no model.safetensors")
+    return path
