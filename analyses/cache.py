@@ -39,7 +39,7 @@ FORMAT_VERSION = 1
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ROOT = REPO / "report" / "_cache"
 DEFAULT_VARIABLES = REPO / "_variables.yml"
-LIBRARIES = ("numpy", "scipy", "matplotlib")
+LIBRARIES = ("numpy", "scipy", "matplotlib", "plotly")
 COMMON = "common"
 
 

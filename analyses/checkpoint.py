@@ -37,7 +37,8 @@ def read_header(path: Path) -> dict[str, dict]:
             raise WeightsError(f"{path} is truncated: {size} bytes, too short for a safetensors header")
         (n,) = struct.unpack("<Q", prefix)
         if n > min(size - 8, _MAX_HEADER):
-            raise WeightsError(f"{path} is truncated or not a safetensors file: header claims {n} bytes, file has {size}")
+            raise WeightsError(
+                f"{path} is truncated or not a safetensors file: header claims {n} bytes, file has {size}")
         try:
             header = json.loads(f.read(n))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -53,7 +54,8 @@ def read_header(path: Path) -> dict[str, dict]:
         except (KeyError, TypeError, ValueError):
             raise WeightsError(f"{path} is corrupted: entry {name!r} of its header is malformed") from None
         if end - start != expected:
-            raise WeightsError(f"{path} is corrupted: tensor {name!r} has {end - start} bytes for shape {info['shape']}")
+            raise WeightsError(
+                f"{path} is corrupted: tensor {name!r} has {end - start} bytes for shape {info['shape']}")
         if end > data_size:
             raise WeightsError(
                 f"{path} is truncated: tensor {name!r} ends at byte {end} of the data, "

@@ -79,7 +79,7 @@ def execute(job: Job, cache: Cache) -> dict:
     missing = job.source.tensors.missing(job.analysis.needs) if job.source else []
     if missing:
         manifest.update(status="skipped", reason=(
-            f"This checkpoint of {job.source.name} does not contain {', '.join(missing)}, which this "
+            f"This checkpoint of {job.source.name} does not contain {', '.join(f'`{m}`' for m in missing)}, which this "
             "analysis needs; it was not run on a substitute. Point the pipeline at a full checkpoint "
             "(e.g. from the Hugging Face hub) to compute it."))
         outputs = result_outputs(Result(), {}, {})

@@ -8,6 +8,7 @@ no edit elsewhere.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import inspect
@@ -58,7 +59,7 @@ class Analysis:
         """sha256 over the source of the module defining this analysis and every `analyses` module it uses."""
         digest = hashlib.sha256()
         for name in sorted(_modules_used(sys.modules[self.compute.__module__])):
-            digest.update(name.encode() + b"\0" + inspect.getsource(sys.modules[name]).encode() + b"\0")
+            digest.update(name.encode() + b"\0" + _source(name).encode() + b"\0")
         return digest.hexdigest()
 
 
@@ -81,11 +82,23 @@ def register(name: str, title: str, compute: Callable[..., Result], **kwargs) ->
 
 
 def all_analyses() -> dict[str, Analysis]:
-    """Import every topic module of the package and return the analyses by name, in name order."""
+    """Import every topic module of the package and return the analyses by name, in name order.
+
+    Each module's source is read right after its import, so that an edit made while a
+    run is under way cannot give old results the new code's hash.
+    """
     for info in pkgutil.iter_modules(analyses.__path__, "analyses."):
         if info.name not in _INFRASTRUCTURE:
             importlib.import_module(info.name)
+    for name in [n for n in sys.modules if n.startswith("analyses.") and n not in _INFRASTRUCTURE]:
+        _source(name)
     return dict(sorted(_REGISTRY.items()))
+
+
+@functools.cache
+def _source(module: str) -> str:
+    """The source of an imported module, read once per process."""
+    return inspect.getsource(sys.modules[module])
 
 
 def _modules_used(module: ModuleType) -> set[str]:

@@ -1,11 +1,30 @@
-"""The sinusoidal position encoding of Vaswani et al. (2017).
+"""The sinusoidal position encoding of Vaswani et al. (2017), its identities, and a comparison with learned tables.
 
 PE(n, 2i) = sin(n ω_i), PE(n, 2i+1) = cos(n ω_i), with ω_i = L^(-2i/D), L = 10000.
+
+Three identities follow from sin² + cos² = 1 and the angle-addition formulas:
+‖PE(n)‖ = √(D/2) for every n; PE(n+k) = M_k PE(n) with M_k block-diagonal of 2×2
+rotations by k ω_i (independent of n); hence PE(n)·PE(n+k) = Σ_i cos(k ω_i) depends on
+the offset k only. The analyses check each identity numerically and set the table
+beside a model's learned position matrix of the same shape.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
+
+from analyses import plotting
+from analyses.linalg import (
+    components_for,
+    cosine_matrix,
+    explained_variance_ratio,
+    mean_by_offset,
+)
+from analyses.registry import register
+from analyses.results import Number, Result, Table
+from analyses.sources import ModelShape
 
 
 def frequencies(d_model: int, base: float = 10000.0) -> np.ndarray:
@@ -17,12 +36,232 @@ def frequencies(d_model: int, base: float = 10000.0) -> np.ndarray:
     return base ** (-np.arange(0, d_model, 2, dtype=np.float64) / d_model)
 
 
+def encode(positions: np.ndarray, d_model: int, base: float = 10000.0) -> np.ndarray:
+    """PE(n) for any positions n (integers or reals, any size): a [len(positions), d_model] array (float64)."""
+    angles = np.asarray(positions, dtype=np.float64).reshape(-1)[:, None] * frequencies(d_model, base)[None, :]
+    table = np.empty((angles.shape[0], d_model))
+    table[:, 0::2] = np.sin(angles)
+    table[:, 1::2] = np.cos(angles)
+    return table
+
+
 def sinusoidal_table(n_positions: int, d_model: int, base: float = 10000.0) -> np.ndarray:
     """The [n_positions, d_model] table with sines in even and cosines in odd columns (float64)."""
     if n_positions < 1:
         raise ValueError(f"need at least one position, got {n_positions}")
-    angles = np.arange(n_positions, dtype=np.float64)[:, None] * frequencies(d_model, base)[None, :]
-    table = np.empty((n_positions, d_model))
-    table[:, 0::2] = np.sin(angles)
-    table[:, 1::2] = np.cos(angles)
-    return table
+    return encode(np.arange(n_positions), d_model, base)
+
+
+def shift_matrix(k: float, d_model: int, base: float = 10000.0) -> np.ndarray:
+    """M_k, the [D, D] block-diagonal matrix with PE(n + k) = M_k PE(n) for every n.
+
+    On the pair (sin nω, cos nω) the block is [[cos kω, sin kω], [-sin kω, cos kω]]:
+    sin((n+k)ω) = sin nω cos kω + cos nω sin kω, cos((n+k)ω) = cos nω cos kω - sin nω sin kω.
+    """
+    omega = frequencies(d_model, base)
+    c, s = np.cos(k * omega), np.sin(k * omega)
+    M = np.zeros((d_model, d_model))
+    even = np.arange(0, d_model, 2)
+    M[even, even], M[even, even + 1] = c, s
+    M[even + 1, even], M[even + 1, even + 1] = -s, c
+    return M
+
+
+def offset_dot(offsets: np.ndarray, d_model: int, base: float = 10000.0) -> np.ndarray:
+    """PE(n)·PE(n+k) = Σ_i cos(k ω_i), for each offset k (the same for every n)."""
+    k = np.asarray(offsets, dtype=np.float64).reshape(-1)
+    return np.cos(k[:, None] * frequencies(d_model, base)[None, :]).sum(axis=1)
+
+
+def sinusoidal_identities(*, n_positions: int, d_model: int, base: float, offsets: tuple[int, ...]) -> Result:
+    """Worst-case errors of the norm, shift and offset identities over a whole table, in float64.
+
+    The shift identity is checked for every row n and each offset k in `offsets`, which may exceed
+    the table (PE(n + k) is then evaluated directly). The dot-product identity is checked on every
+    pair of rows; `mean_by_offset` then gives the spread of the cosine over n at each offset.
+    """
+    S = sinusoidal_table(n_positions, d_model, base)
+    n = np.arange(n_positions)
+    norm = np.sqrt(d_model / 2)
+    norm_error = np.abs(np.linalg.norm(S, axis=1) - norm).max()
+
+    rows = []
+    for k in offsets:
+        M = shift_matrix(k, d_model, base)
+        shift_error = np.linalg.norm(encode(n + k, d_model, base) - S @ M.T, axis=1).max()
+        orthogonality_error = np.abs(M.T @ M - np.eye(d_model)).max()
+        scale = np.finfo(np.float64).eps * (n_positions - 1 + k) * np.sqrt(d_model)
+        rows.append((int(k), shift_error, scale, orthogonality_error))
+    columns = ("offset k", "max over n of ‖PE(n+k) − M_k PE(n)‖", "float64 scale ε(N−1+k)√D",
+               "largest entry of M_kᵀM_k − I")
+    shift = Table(columns, tuple(rows), formats=dict.fromkeys(columns[1:], "sci2"))
+
+    closed = offset_dot(np.arange(n_positions), d_model, base)
+    dot_error = np.abs(S @ S.T - closed[np.abs(n[:, None] - n[None, :])]).max()
+    C = cosine_matrix(S)
+    means, stds, _ = mean_by_offset(C)
+    curve = closed[1:] / norm**2
+    first_negative = int(np.argmax(curve < 0)) + 1 if np.any(curve < 0) else 0
+    numbers = {
+        "n_positions": Number(n_positions, "d", "rows of the sinusoidal table checked"),
+        "d_model": Number(d_model, "d", "dimension D of the table"),
+        "base": Number(base, "g", "base L of the frequencies"),
+        "norm": Number(norm, ".4f", "the constant row norm √(D/2)"),
+        "norm_sq": Number(d_model // 2, "d", "the squared row norm D/2"),
+        "norm_max_error": Number(norm_error, "sci2", "max over rows of |‖PE(n)‖ − √(D/2)|"),
+        "n_offsets": Number(len(offsets), "d", "number of offsets k at which the shift identity is checked"),
+        "offset_max": Number(max(offsets), "d", "largest offset checked"),
+        "shift_max_error": Number(max(r[1] for r in rows), "sci2", "max over n, k of ‖PE(n+k) − M_k PE(n)‖"),
+        "shift_error_over_scale": Number(max(r[1] / r[2] for r in rows if r[2] > 0), ".2f",
+                                        "max over k of the shift error in units of ε(N−1+k)√D"),
+        "orthogonality_max_error": Number(max(r[3] for r in rows), "sci2", "max over k of |M_kᵀM_k − I|"),
+        "eps": Number(np.finfo(np.float64).eps, "sci2", "float64 machine epsilon"),
+        "dot_max_error": Number(dot_error, "sci2", "max over all pairs of |PE(m)·PE(n) − Σ cos((n−m)ω_i)|"),
+        "offset_spread_max": Number(np.nanmax(stds), "sci2", "max over k of the std over n of cos(PE(n), PE(n+k))"),
+        "cos_offset_1": Number(curve[0], ".4f", "cosine between neighbouring positions, (2/D) Σ cos ω_i"),
+        "first_negative_offset": Number(first_negative, "d", "smallest offset with a negative cosine (0: none)"),
+        "cos_min": Number(curve.min(), ".4f", "smallest cosine over the offsets in the table"),
+    }
+    return Result(numbers, {"shift": shift}, {"S": S, "C": C, "means": means, "curve": curve})
+
+
+def plot_table(result: Result, shape: ModelShape | None):
+    """The table: fast sinusoids in the first columns, slowly varying (nearly constant) ones in the last."""
+    S = result.arrays["S"]
+    fig, ax = plotting.subplots(figsize=(6.4, 4.6))
+    image = ax.imshow(S, aspect="auto", cmap=plotting.DIVERGING, vmin=-1, vmax=1, interpolation="nearest",
+                      rasterized=True)
+    ax.set_xlabel("embedding dimension (pair i = columns 2i, 2i+1)")
+    ax.set_ylabel("position n")
+    plotting.colorbar(fig, image, ax, "PE(n, j)")
+    ax.set_title(f"sinusoidal table, {S.shape[0]} positions × D = {S.shape[1]}, L = {result.numbers['base'].text}")
+    return fig
+
+
+def plot_cosines(result: Result, shape: ModelShape | None):
+    """cos(PE(m), PE(n)) is constant along every diagonal: it depends on n − m only."""
+    C = result.arrays["C"]
+    fig, ax = plotting.subplots(figsize=(5.6, 4.6))
+    image = ax.imshow(C, cmap=plotting.DIVERGING, vmin=-1, vmax=1, interpolation="nearest", rasterized=True)
+    ax.set_xlabel("position n")
+    ax.set_ylabel("position m")
+    plotting.colorbar(fig, image, ax, "cosine similarity")
+    ax.set_title("sinusoidal table: cosine between every pair of positions")
+    return fig
+
+
+register(
+    "sinusoidal_identities", "Identities of the sinusoidal table, checked numerically", sinusoidal_identities,
+    scope="common",
+    params={"n_positions": 1024, "d_model": 768, "base": 10000.0,
+            "offsets": (0, 1, 2, 3, 7, 64, 500, 1023, 1024, 5000, 100000)},
+    figures={"table": plot_table, "cosines": plot_cosines},
+)
+
+
+def sinusoidal_components(*, d_model: int, n_positions: tuple[int, ...], bases: tuple[float, ...],
+                          fraction: float) -> Result:
+    """Principal components needed for `fraction` of the variance of sinusoidal tables of several shapes and bases.
+
+    "Centred" is PCA (the mean row removed, as `explained_variance_ratio` does); "uncentred" uses the
+    squared singular values of the raw table, a convention some studies use.
+    """
+    rows = []
+    for base in bases:
+        for n in n_positions:
+            S = sinusoidal_table(n, d_model, base)
+            s = np.linalg.svd(S, compute_uv=False) ** 2
+            rows.append((n, base, components_for(explained_variance_ratio(S), fraction),
+                         components_for(s / s.sum(), fraction)))
+    table = Table(("positions N", "base L", "components (centred)", "components (uncentred)"), tuple(rows),
+                  formats={"base L": "g"})
+    numbers = {"fraction": Number(fraction, ".0%", "fraction of the variance"),
+               "d_model": Number(d_model, "d", "dimension D of every table"),
+               "min_components": Number(min(min(r[2], r[3]) for r in rows), "d", "smallest count in the table"),
+               "max_components": Number(max(max(r[2], r[3]) for r in rows), "d", "largest count in the table")}
+    for n, base, centred, uncentred in rows:
+        numbers[f"centred_n{n}_base{base:g}"] = Number(centred, "d", f"centred count, N = {n}, L = {base:g}")
+        numbers[f"uncentred_n{n}_base{base:g}"] = Number(uncentred, "d", f"uncentred count, N = {n}, L = {base:g}")
+    return Result(numbers, {"components": table})
+
+
+register(
+    "sinusoidal_components", "How many components a sinusoidal table needs", sinusoidal_components,
+    scope="common",
+    params={"d_model": 768, "n_positions": (256, 512, 1024, 2048), "bases": (1000.0, 10000.0), "fraction": 0.9},
+)
+
+
+def sinusoidal_vs_learned(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, base: float,
+                          fraction: float) -> Result:
+    """A model's learned P beside the sinusoidal table of the same shape.
+
+    Similarity against offset (mean and spread over n of cos(p_n, p_{n+k}), position 0 left out of
+    both, as in the similarity chapter) and the number of principal components for `fraction`
+    of the variance (all positions, centred).
+    """
+    P = np.asarray(tensors["W_pos"], dtype=np.float64)
+    S = sinusoidal_table(*P.shape, base)
+    curves, numbers, ratios = {}, {}, {}
+    for key, X in (("learned", P), ("sinusoidal", S)):
+        means, stds, _ = mean_by_offset(cosine_matrix(X), exclude=(0,))
+        ratios[key] = explained_variance_ratio(X)
+        curves[key] = np.stack([means, stds])
+        first_negative = int(np.argmax(means < 0)) + 1 if np.any(means < 0) else 0
+        numbers |= {
+            f"components_{key}": Number(components_for(ratios[key], fraction), "d",
+                                        f"principal components for the fraction of the variance ({key})"),
+            f"cos_offset_1_{key}": Number(means[0], ".4f", f"mean cosine between neighbours ({key})"),
+            f"spread_offset_1_{key}": Number(stds[0], "sci2", f"std over n of the neighbour cosine ({key})"),
+            f"spread_max_{key}": Number(np.nanmax(stds), ".3f", f"largest std over n at any offset ({key})"),
+            f"first_negative_offset_{key}": Number(first_negative, "d",
+                                                   f"smallest offset with a negative mean cosine, 0 if none ({key})"),
+            f"cos_min_{key}": Number(np.nanmin(means), ".3f", f"smallest mean cosine over offsets ({key})"),
+        }
+    numbers |= {"fraction": Number(fraction, ".0%", "fraction of the variance"),
+                "n_positions": Number(P.shape[0], "d", "positions"), "d_model": Number(P.shape[1], "d", "dimension")}
+    return Result(numbers, {}, {f"curve_{k}": v for k, v in curves.items()} | {f"ratio_{k}": v for k, v in ratios.items()})
+
+
+def plot_offset_curves(result: Result, shape: ModelShape):
+    """Mean cosine against offset (lines) and its spread over n (bands): zero band for the sinusoidal table."""
+    fig, ax = plotting.subplots()
+    for key, colour in (("learned", "C0"), ("sinusoidal", "C1")):
+        means, stds = result.arrays[f"curve_{key}"]
+        k = np.arange(1, len(means) + 1)
+        ax.fill_between(k, means - stds, means + stds, color=colour, alpha=0.25, lw=0)
+        ax.plot(k, means, color=colour, lw=1.0, label=f"{key} ({'mean ± std over n' if key == 'learned' else 'exact'})")
+    ax.axhline(0, color="0.5", lw=0.6)
+    ax.set_xscale("log")
+    ax.set_xlabel("offset k = |m − n| (positions, log scale)")
+    ax.set_ylabel(r"cosine similarity $\cos(p_n, p_{n+k})$")
+    ax.set_ylim(-1, 1)
+    ax.set_title(f"{shape.name}: similarity against offset, learned P vs sinusoidal table")
+    ax.legend(loc="lower left")
+    return fig
+
+
+def plot_variance(result: Result, shape: ModelShape):
+    """Cumulative explained variance: the learned table reaches the threshold with far fewer components."""
+    fig, ax = plotting.subplots()
+    fraction = result.numbers["fraction"].value
+    for key, colour in (("learned", "C0"), ("sinusoidal", "C1")):
+        cumulative = np.cumsum(result.arrays[f"ratio_{key}"])
+        m = result.numbers[f"components_{key}"].value
+        ax.plot(np.arange(1, len(cumulative) + 1), cumulative, color=colour, lw=1.4, label=f"{key}: {m} components")
+        ax.plot([m], [cumulative[m - 1]], "o", color=colour, ms=4)
+    ax.axhline(fraction, color="0.5", lw=0.8, ls="--", label=f"{result.numbers['fraction'].text} of the variance")
+    ax.set_xscale("log")
+    ax.set_xlabel("number of principal components (log scale)")
+    ax.set_ylabel("cumulative fraction of variance")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(f"{shape.name}: explained variance, learned P vs sinusoidal table")
+    ax.legend(loc="lower right")
+    return fig
+
+
+register(
+    "sinusoidal_vs_learned", "The learned position matrix beside the sinusoidal table", sinusoidal_vs_learned,
+    needs=("W_pos",), params={"base": 10000.0, "fraction": 0.9},
+    figures={"offset_curves": plot_offset_curves, "variance": plot_variance},
+)

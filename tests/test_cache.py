@@ -13,7 +13,7 @@ from analyses import registry
 from analyses.cache import Cache, Outputs, input_fingerprint
 from analyses.pipeline import Job, plan, run, select, status
 from analyses.registry import Analysis
-from analyses.results import Number, Result, Table
+from analyses.results import Number, Table
 from analyses.sources import local_source
 
 
@@ -78,7 +78,8 @@ def test_weights_change_makes_entries_stale(cache, jobs, tiny_checkpoint):
     fresh_jobs = plan([j.analysis for j in jobs], [local_source("tiny-gpt2", tiny_checkpoint)])
     reasons = [reason for _, reason in status(fresh_jobs, cache)]
     assert all("weights" in r for r in reasons)
-    assert all(w.startswith("ok (changed since it was computed: weights") for _, w in run(fresh_jobs, cache, progress=False))
+    rerun = run(fresh_jobs, cache, progress=False)
+    assert all(w.startswith("ok (changed since it was computed: weights") for _, w in rerun)
 
 
 def test_parameter_and_code_change_make_entry_stale(cache, jobs):
@@ -119,7 +120,7 @@ def test_missing_tensor_is_recorded_as_skipped_with_reason(cache, tiny_checkpoin
     run([job], cache, progress=False)
     manifest = cache.manifest("tiny_gpt2", "token_probe")
     assert manifest["status"] == "skipped"
-    assert "W_E, blocks.*.mlp.W_in" in manifest["reason"] and "substitute" in manifest["reason"]
+    assert "`W_E`, `blocks.*.mlp.W_in`" in manifest["reason"] and "substitute" in manifest["reason"]
     status_md = (cache.entry("tiny_gpt2", "token_probe") / "status.md").read_text()
     assert "callout-warning" in status_md and "W_E" in status_md
     variables = yaml.safe_load(cache.variables.read_text())

@@ -9,7 +9,8 @@ from analyses.cli import main
 
 @pytest.fixture
 def args(tiny_checkpoint, tmp_path):
-    return ["position_matrix", "checkpoint_inventory", "--model", "tiny-gpt2", "--weights", str(tiny_checkpoint), "--cache-dir", str(tmp_path / "cache")]
+    return ["position_matrix", "checkpoint_inventory", "--model", "tiny-gpt2", "--weights", str(tiny_checkpoint),
+            "--cache-dir", str(tmp_path / "cache")]
 
 
 def test_run_status_list(args, capsys, tmp_path):

@@ -36,7 +36,8 @@ def variables() -> dict:
 
 
 def chapters() -> list[Path]:
-    return [REPO / c for c in quarto()["book"]["chapters"]]
+    """The book's chapters that exist (a missing one fails the config test, not every test)."""
+    return [REPO / c for c in quarto()["book"]["chapters"] if (REPO / c).is_file()]
 
 
 def expand(path: Path, seen=()) -> list[tuple[Path, str]]:
@@ -94,7 +95,7 @@ def test_quarto_config_parses_and_lists_existing_chapters():
     assert config["project"]["type"] == "book"
     assert config["book"]["chapters"][0] == "index.qmd"  # a book's index must sit beside _quarto.yml
     assert config["project"]["render"] == config["book"]["chapters"]
-    missing = [str(c.relative_to(REPO)) for c in chapters() if not c.is_file()]
+    missing = [c for c in config["book"]["chapters"] if not (REPO / c).is_file()]
     assert not missing, f"chapters listed in _quarto.yml but absent: {missing}"
     assert config["format"]["html"]["default-image-extension"] == "svg"
     assert config["format"]["pdf"]["default-image-extension"] == "pdf"

@@ -1,0 +1,345 @@
+"""The helix: the path that the positions trace in the top three principal components.
+
+With P centred and projected on its top principal axes, z_k(n) = (p_n − p̄) · u_k, the
+first two coordinates turn around the origin while the third drifts along an axis.
+Measured here:
+
+* each z_k(n) fitted by a sinusoid c + A cos(2πn/T + φ) (the FFT peak, refined by least
+  squares over T with A, φ, c solved linearly), with R² = 1 − SS_res / SS_tot, on all
+  positions and on the bulk (positions edge … n_ctx − edge − 1);
+* the phase θ(n) = unwrap(atan2(z_2, z_1)): turns = Δθ / 2π, radius r(n) = √(z_1² + z_2²),
+  and the pitch, the advance per turn of the one-turn running mean of (z_1, z_2, z_3), over the bulk;
+* outliers: each position's distance from the straight line through its `window`
+  neighbours on one side (the better of the two sides), in units of the median step
+  ‖p_{n+1} − p_n‖, all in the full D-dimensional space.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from analyses import plotting
+from analyses.linalg import explained_variance_ratio, top_right_singular_vectors
+from analyses.registry import register
+from analyses.results import Number, Result, Table
+from analyses.sources import ModelShape
+
+
+def principal_coordinates(P: np.ndarray, k: int) -> np.ndarray:
+    """z[n, i] = (p_n − p̄) · u_i for the top-k principal axes u_i (signs as in `top_right_singular_vectors`)."""
+    P = np.asarray(P, dtype=np.float64)
+    return (P - P.mean(axis=0)) @ top_right_singular_vectors(P, k, center=True)
+
+
+@dataclass(frozen=True)
+class SinusoidFit:
+    """z(n) ≈ offset + amplitude · cos(2π n / period + phase); `at_bound` when the period hit its upper limit."""
+
+    period: float
+    amplitude: float
+    phase: float
+    offset: float
+    r2: float
+    at_bound: bool
+
+    def __call__(self, n: np.ndarray) -> np.ndarray:
+        return self.offset + self.amplitude * np.cos(2 * np.pi * np.asarray(n, dtype=np.float64) / self.period
+                                                     + self.phase)
+
+
+def fit_sinusoid(n: np.ndarray, z: np.ndarray, pad: int) -> SinusoidFit:
+    """Least-squares sinusoid with period in [2, 2·len(n)] tokens, started from the zero-padded FFT peak.
+
+    Longer periods are not identifiable from len(n) samples (less than half a cycle): a fit that
+    runs into that bound is flagged `at_bound`.
+    """
+    from scipy.optimize import least_squares
+
+    n, z = np.asarray(n, dtype=np.float64), np.asarray(z, dtype=np.float64)
+    w_min, w_max = np.pi / len(n), np.pi
+    spectrum = np.abs(np.fft.rfft(z - z.mean(), n=pad * len(n)))
+    w_grid = 2 * np.pi * np.fft.rfftfreq(pad * len(n))
+    allowed = (w_grid >= w_min) & (w_grid <= w_max)
+    w0 = w_grid[allowed][np.argmax(spectrum[allowed])]
+
+    def design(w: float) -> np.ndarray:
+        return np.column_stack([np.cos(w * n), np.sin(w * n), np.ones_like(n)])
+
+    def residual(p: np.ndarray) -> np.ndarray:
+        A = design(p[0])
+        return A @ np.linalg.lstsq(A, z, rcond=None)[0] - z
+
+    w = float(least_squares(residual, [w0], bounds=([w_min], [w_max]), x_scale=[w_min], xtol=1e-12).x[0])
+    a, b, c = np.linalg.lstsq(design(w), z, rcond=None)[0]
+    r2 = 1 - np.sum(residual(np.array([w])) ** 2) / np.sum((z - z.mean()) ** 2)
+    return SinusoidFit(2 * np.pi / w, float(np.hypot(a, b)), float(np.arctan2(-b, a)), float(c), float(r2),
+                       bool(np.isclose(w, w_min, rtol=1e-6)))
+
+
+def phase_turns(z1: np.ndarray, z2: np.ndarray) -> np.ndarray:
+    """The unwrapped angle atan2(z_2, z_1) in turns (1 turn = 2π), 0 at the first position."""
+    theta = np.unwrap(np.arctan2(z2, z1))
+    return (theta - theta[0]) / (2 * np.pi)
+
+
+def axial_rise(Z: np.ndarray, turn_length: int) -> float:
+    """Advance per position along the helix axis: ‖d c(n)/dn‖, c(n) the mean of Z over one turn centred on n.
+
+    Averaging over a full turn cancels the rotation, so c(n) runs along the axis; its slope is fitted
+    by least squares. The norm makes the result independent of how PCA orients axes within the subspace.
+    """
+    Z = np.asarray(Z, dtype=np.float64)
+    if not 1 <= turn_length <= len(Z) - 2:
+        raise ValueError(f"need 1 <= turn_length <= {len(Z) - 2}, got {turn_length}")
+    cumulative = np.vstack([np.zeros(Z.shape[1]), np.cumsum(Z, axis=0)])
+    centres = (cumulative[turn_length:] - cumulative[:-turn_length]) / turn_length
+    n = np.arange(len(centres), dtype=np.float64)
+    slope = np.linalg.lstsq(np.column_stack([n, np.ones_like(n)]), centres, rcond=None)[0][0]
+    return float(np.linalg.norm(slope))
+
+
+def extrapolation_error(X: np.ndarray, window: int) -> np.ndarray:
+    """For each row n: min over the two sides of ‖x̂_n − x_n‖, x̂_n the linear extrapolation from the
+    `window` rows next to n on that side (rows near an end use the one side they have).
+
+    A position that merely continues its neighbours' trend scores about the size of one step's
+    wiggle; an isolated jump scores its full distance from the trend.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    if window < 2 or len(X) <= window:
+        raise ValueError(f"need 2 <= window < number of rows, got window={window} for {len(X)} rows")
+    design = np.vander(np.arange(1, window + 1, dtype=np.float64), 2)  # value at distance d: slope·d + intercept
+    weights = np.linalg.pinv(design)[1]  # the intercept, i.e. the value at distance 0
+    error = np.full(len(X), np.inf)
+    for i in range(len(X)):
+        if i >= window:
+            error[i] = np.linalg.norm(weights @ X[i - 1::-1][:window] - X[i])
+        if i + window < len(X):
+            error[i] = min(error[i], np.linalg.norm(weights @ X[i + 1:i + 1 + window] - X[i]))
+    return error
+
+
+def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components: int, edge: int, window: int,
+          fft_pad: int, n_outliers: int) -> Result:
+    """Principal coordinates, sinusoid fits per component, helix turns/radius/pitch, and outlier scores."""
+    from scipy.stats import spearmanr
+
+    P = np.asarray(tensors["W_pos"], dtype=np.float64)
+    n_pos = len(P)
+    if not 0 < edge < n_pos // 2 - 1:
+        raise ValueError(f"edge must lie in 1..{n_pos // 2 - 2}, got {edge}")
+    ratios = explained_variance_ratio(P)
+    Z = principal_coordinates(P, n_components)
+    n = np.arange(n_pos)
+    bulk = slice(edge, n_pos - edge)
+    fits = [fit_sinusoid(n, Z[:, k], fft_pad) for k in range(n_components)]
+    bulk_fits = [fit_sinusoid(n[bulk], Z[bulk, k], fft_pad) for k in range(n_components)]
+
+    numbers = {"edge": Number(edge, "d", "positions left out at each end to form the bulk"),
+               "last_position": Number(n_pos - 1, "d", "index of the last position"),
+               "bulk_last": Number(n_pos - edge - 1, "d", "last position of the bulk"),
+               "top3": Number(ratios[:3].sum(), ".1%", "variance share of the top 3 principal components")}
+    for k, (fit, bfit) in enumerate(zip(fits, bulk_fits), start=1):
+        numbers[f"pc{k}_share"] = Number(ratios[k - 1], ".1%", f"variance share of PC{k}")
+        numbers[f"pc{k}_period"] = Number(fit.period, ".1f", f"PC{k}: fitted period in tokens, all positions")
+        numbers[f"pc{k}_r2"] = Number(fit.r2, ".3f", f"PC{k}: R² of the sinusoid, all positions")
+        numbers[f"pc{k}_period_bulk"] = Number(bfit.period, ".1f", f"PC{k}: fitted period in tokens, bulk")
+        numbers[f"pc{k}_r2_bulk"] = Number(bfit.r2, ".3f", f"PC{k}: R² of the sinusoid, bulk")
+    freq_table = Table(
+        ("component", "variance share", "period (tokens)", "R²", "cycles in context", "period, bulk", "R², bulk"),
+        tuple((f"PC{k + 1}" + (" (no full cycle)" if f.at_bound else ""), ratios[k], f.period, f.r2,
+               n_pos / f.period, b.period, b.r2) for k, (f, b) in enumerate(zip(fits, bulk_fits))),
+        formats={"variance share": ".1%", "period (tokens)": ".0f", "R²": ".3f", "cycles in context": ".2f",
+                 "period, bulk": ".0f", "R², bulk": ".3f"})
+
+    turns = phase_turns(Z[:, 0], Z[:, 1])
+    radius = np.hypot(Z[:, 0], Z[:, 1])
+    bulk_turns = abs(turns[bulk][-1] - turns[bulk][0])
+    turn_length = (n_pos - 2 * edge - 1) / bulk_turns
+    pitch = axial_rise(Z[bulk, :3], int(round(turn_length))) * turn_length
+    radius_bulk = float(np.median(radius[bulk]))
+    numbers |= {
+        "turns_total": Number(abs(turns[-1]), ".2f", "turns of (z1, z2) around the origin, position 0 to the last"),
+        "turns_bulk": Number(bulk_turns, ".2f", "turns of (z1, z2) over the bulk"),
+        "period_bulk_phase": Number(turn_length, ".1f", "tokens per turn in the bulk"),
+        "period_first_edge": Number(edge / abs(turns[edge] - turns[0]), ".0f",
+                                    "tokens per turn over the first `edge` positions"),
+        "radius_bulk": Number(radius_bulk, ".2f", "median radius √(z1² + z2²) over the bulk"),
+        "radius_bulk_cv": Number(float(radius[bulk].std() / radius[bulk].mean()), ".1%",
+                                 "coefficient of variation of the radius over the bulk"),
+        "radius_first": Number(float(radius[1]), ".2f", "radius at position 1"),
+        "pitch_bulk": Number(pitch, ".2f", "advance along the helix axis per turn, over the bulk (pitch)"),
+        "pitch_over_circumference": Number(pitch / (2 * np.pi * radius_bulk), ".3f",
+                                           "mean pitch / (2π · median radius)"),
+        "pc3_spearman": Number(float(spearmanr(n, Z[:, 2]).statistic), ".3f",
+                               "Spearman correlation of z3 with position (±1: monotone axis)"),
+    }
+
+    steps = np.linalg.norm(np.diff(P, axis=0), axis=1)
+    score = extrapolation_error(P, window) / np.median(steps)
+    order = np.argsort(-score, kind="stable")
+    rest = np.delete(score, [0, n_pos - 1])
+    numbers |= {
+        "window": Number(window, "d", "neighbours used for each one-sided linear extrapolation"),
+        "median_step": Number(float(np.median(steps)), ".3f", "median step ‖p_{n+1} − p_n‖"),
+        "step_first": Number(float(steps[0]), ".2f", "step ‖p_1 − p_0‖"),
+        "step_last": Number(float(steps[-1]), ".2f", "step between the last two positions"),
+        "outlier_first": Number(float(score[0]), ".1f", "position 0: distance from the extrapolated trend, in steps"),
+        "outlier_last": Number(float(score[-1]), ".1f", "last position: distance from the trend, in steps"),
+        "outlier_second": Number(float(score[1]), ".1f", "position 1: distance from the trend, in steps"),
+        "outlier_rest_median": Number(float(np.median(rest)), ".2f", "median score of the other positions"),
+        "outlier_rest_p99": Number(float(np.percentile(rest, 99)), ".2f", "99th percentile of the other positions"),
+    }
+    nearest = np.minimum(np.r_[np.inf, steps], np.r_[steps, np.inf]) / np.median(steps)
+    outlier_table = Table(("position", "distance from trend (median steps)", "distance to nearer neighbour (median steps)"),
+                          tuple((int(i), score[i], nearest[i]) for i in order[:n_outliers]),
+                          formats={"distance from trend (median steps)": ".1f",
+                                   "distance to nearer neighbour (median steps)": ".1f"})
+    arrays = {"Z": Z, "ratios": ratios[:n_components], "turns": turns, "radius": radius, "score": score,
+              "fits": np.array([[f.period, f.amplitude, f.phase, f.offset] for f in fits]),
+              "bulk_fits": np.array([[f.period, f.amplitude, f.phase, f.offset] for f in bulk_fits])}
+    return Result(numbers, {"frequencies": freq_table, "outliers": outlier_table}, arrays)
+
+
+def _axis_label(result: Result, k: int) -> str:
+    return f"PC{k + 1} ({result.arrays['ratios'][k]:.1%})"
+
+
+def _outlier_positions(result: Result) -> list[int]:
+    return [0, len(result.arrays["Z"]) - 1]
+
+
+def plot_helix(result: Result, shape: ModelShape, elev: float = 22.0, azim: float = -60.0):
+    """The top-3 principal coordinates in 3-D and two projections, coloured by position; ends marked."""
+    plt = plotting.pyplot()
+    Z = result.arrays["Z"]
+    n = np.arange(len(Z))
+    fig = plt.figure(figsize=(9.0, 6.0))
+    grid = fig.add_gridspec(2, 2, width_ratios=[1.7, 1], wspace=0.4, hspace=0.3)
+    ax3 = fig.add_subplot(grid[:, 0], projection="3d")
+    axes = [fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[1, 1])]
+    ax3.plot(Z[:, 0], Z[:, 1], Z[:, 2], color="0.75", lw=0.5)
+    points = ax3.scatter(Z[:, 0], Z[:, 1], Z[:, 2], c=n, cmap=plotting.POSITION, s=3, depthshade=False,
+                         rasterized=True)
+    ax3.view_init(elev=elev, azim=azim)
+    for k, set_label in enumerate((ax3.set_xlabel, ax3.set_ylabel, ax3.set_zlabel)):
+        set_label(_axis_label(result, k), fontsize=9)
+    ax3.tick_params(labelsize=7)
+    for ax, (i, j) in zip(axes, ((0, 1), (0, 2))):
+        ax.plot(Z[:, i], Z[:, j], color="0.75", lw=0.5)
+        ax.scatter(Z[:, i], Z[:, j], c=n, cmap=plotting.POSITION, s=3, rasterized=True)
+        ax.set_xlabel(_axis_label(result, i))
+        ax.set_ylabel(_axis_label(result, j))
+        ax.set_aspect("equal", adjustable="datalim")
+    for p in _outlier_positions(result):
+        ax3.scatter(*Z[p, :3], s=30, facecolors="none", edgecolors="black", linewidths=1.0)
+        for ax, (i, j) in zip(axes, ((0, 1), (0, 2))):
+            ax.scatter(Z[p, i], Z[p, j], s=30, facecolors="none", edgecolors="black", linewidths=1.0)
+            ax.annotate(f"{p}", (Z[p, i], Z[p, j]), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    fig.colorbar(points, ax=ax3, location="bottom", fraction=0.04, pad=0.02, shrink=0.6, label="position")
+    fig.suptitle(f"{shape.name}: positions in the top three principal components "
+                 f"({result.numbers['top3'].text} of the variance)\ncircles: first and last position", fontsize=10)
+    return fig
+
+
+def plot_components(result: Result, shape: ModelShape):
+    """Each top principal coordinate against position, with its fitted sinusoid (all positions)."""
+    Z, fits = result.arrays["Z"], result.arrays["fits"]
+    k = Z.shape[1]
+    n = np.arange(len(Z))
+    fig, axes = plotting.subplots((k + 1) // 2, 2, figsize=(8.0, 2.1 * ((k + 1) // 2) + 0.5), sharex=True)
+    for i, ax in enumerate(axes.flat[:k]):
+        period, amplitude, phase, offset = fits[i]
+        ax.plot(n, Z[:, i], color="C0", lw=1.0, label="principal coordinate")
+        ax.plot(n, offset + amplitude * np.cos(2 * np.pi * n / period + phase), color="C3", lw=0.9, ls="--",
+                label="fitted sinusoid")
+        bound = " (at bound: no full cycle)" if np.isclose(period, 2 * len(Z), rtol=1e-6) else ""
+        ax.set_title(f"PC{i + 1} ({result.arrays['ratios'][i]:.1%} of variance), R² = "
+                     f"{result.numbers[f'pc{i + 1}_r2'].text}\nfitted period {period:.0f} tokens{bound}", fontsize=8)
+        ax.set_ylabel(f"z{i + 1}")
+    for ax in axes.flat[k:]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("position")
+    axes.flat[0].legend(loc="lower left", fontsize=7)
+    fig.suptitle(f"{shape.name}: top principal coordinates as functions of position", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_phase(result: Result, shape: ModelShape):
+    """Turns of (z1, z2) around the helix axis and the radius, against position; the bulk shaded."""
+    turns, radius = result.arrays["turns"], result.arrays["radius"]
+    n = np.arange(len(turns))
+    edge = result.numbers["edge"].value
+    fig, (ax, ax_r) = plotting.subplots(2, 1, figsize=(6.4, 4.6), sharex=True)
+    ax.plot(n, np.abs(turns), color="C0", lw=1.2)
+    ax.set_ylabel("turns around the axis")
+    ax_r.plot(n, radius, color="C2", lw=1.2)
+    ax_r.set_ylabel("radius √(z1² + z2²)")
+    ax_r.set_xlabel("position")
+    for a in (ax, ax_r):
+        a.axvspan(edge, len(n) - 1 - edge, color="0.92", zorder=0)
+    ax.text(len(n) / 2, 0.05, f"bulk: {result.numbers['period_bulk_phase'].text} tokens per turn",
+            ha="center", va="bottom", fontsize=8, transform=ax.get_xaxis_transform())
+    ax.set_title(f"{shape.name}: rotation in the PC1–PC2 plane (shaded: the bulk)")
+    return fig
+
+
+def plot_outliers(result: Result, shape: ModelShape):
+    """Distance of each position from the trend of its neighbours, in median steps (log y)."""
+    score = result.arrays["score"]
+    n = np.arange(len(score))
+    fig, ax = plotting.subplots()
+    ax.plot(n, score, color="C0", lw=0.8)
+    for i in np.argsort(-score, kind="stable")[:3]:
+        ax.plot([i], [score[i]], "o", color="C3", ms=4)
+        ax.annotate(f"position {i}", (i, score[i]), textcoords="offset points", xytext=(6, 0), fontsize=8,
+                    ha="left" if i < len(n) / 2 else "right", va="center")
+    ax.axhline(1.0, color="0.5", lw=0.8, ls="--", label="one median step")
+    ax.set_yscale("log")
+    ax.set_xlabel("position")
+    ax.set_ylabel("distance from neighbours' trend (median steps, log)")
+    ax.set_title(f"{shape.name}: how far each position leaves the curve of its neighbours")
+    ax.legend(loc="upper center")
+    return fig
+
+
+def helix_3d_html(result: Result, shape: ModelShape) -> str:
+    """A markdown fragment with a rotatable plotly view of the helix (raw HTML; deterministic bytes)."""
+    import plotly.graph_objects as go
+
+    Z = np.round(result.arrays["Z"][:, :3], 4)
+    n = np.arange(len(Z))
+    fig = go.Figure()
+    fig.add_trace(go.Scatter3d(
+        x=Z[:, 0], y=Z[:, 1], z=Z[:, 2], mode="lines+markers", text=[f"position {i}" for i in n],
+        hoverinfo="text", line={"color": "rgb(190,190,190)", "width": 2},
+        marker={"size": 2.5, "color": n, "colorscale": "Plasma", "colorbar": {"title": {"text": "position"}}},
+        name="positions"))
+    ends = _outlier_positions(result)
+    fig.add_trace(go.Scatter3d(
+        x=Z[ends, 0], y=Z[ends, 1], z=Z[ends, 2], mode="markers+text", text=[f"{p}" for p in ends],
+        hoverinfo="text", marker={"size": 6, "color": "black", "symbol": "circle-open"}, name="first and last"))
+    fig.update_layout(
+        title={"text": f"{shape.name}: positions in the top three principal components (drag to rotate)"},
+        scene={"xaxis": {"title": {"text": _axis_label(result, 0)}},
+               "yaxis": {"title": {"text": _axis_label(result, 1)}},
+               "zaxis": {"title": {"text": _axis_label(result, 2)}},
+               "camera": {"eye": {"x": 1.5, "y": -1.5, "z": 0.8}}},
+        height=600, margin={"l": 0, "r": 0, "t": 40, "b": 0}, showlegend=False, template="plotly_white")
+    div_id = "helix-3d-" + re.sub(r"[^a-z0-9]+", "-", shape.name.lower()).strip("-")
+    html = fig.to_html(full_html=False, include_plotlyjs="cdn", div_id=div_id)
+    return f"```{{=html}}\n{html}\n```\n"
+
+
+register(
+    "helix", "The helix traced by the positions", helix,
+    needs=("W_pos",), params={"n_components": 6, "edge": 100, "window": 4, "fft_pad": 16, "n_outliers": 6},
+    figures={"helix": plot_helix, "components": plot_components, "phase": plot_phase, "outliers": plot_outliers},
+    files={"helix_3d.md": helix_3d_html},
+)

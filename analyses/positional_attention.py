@@ -1,0 +1,405 @@
+"""What layer 0's attention does with position alone: score patterns, head classes, and the QK circuit on P's top PCs.
+
+Input: the position rows only, through the LayerNorm that precedes layer 0's attention
+(GPT-2: ln_1 of block 0, applied to p_n; BERT: the embedding LayerNorm, applied to
+p_n + t_0, the first token-type row). Token embeddings are left out, so this is the
+positional component of the input, not the pattern on any real text.
+
+Per head h, with x_n the normalised rows, q_n = x_n W_Q^h + b_Q^h, k_n = x_n W_K^h + b_K^h:
+
+    S_ij = q_i · k_j / √d_head,   A_ij = softmax_j(S_ij)   (j ≤ i for the causal GPT-2).
+
+Restricted to the top-3 right-singular directions V of P (uncentred), the bilinear part
+of S is c_i M c_jᵀ with c_n = z_n V (z_n the LayerNorm-standardised row before its gain γ) and
+
+    M^h = Vᵀ diag(γ) W_Q^h W_K^hᵀ diag(γ) V / √d_head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from analyses import plotting
+from analyses.linalg import top_right_singular_vectors
+from analyses.registry import register
+from analyses.results import Number, Result, Table
+from analyses.sources import ModelShape
+
+LN_EPS = {"gpt2": 1e-5, "bert": 1e-12}
+"""LayerNorm epsilon of each family (config `layer_norm_epsilon` of GPT-2, `layer_norm_eps` of BERT)."""
+CLASSES = ("previous-token", "current-token", "first-position", "local window", "diffuse")
+NEEDS = ("W_pos", "blocks.0.attn.W_Q", "blocks.0.attn.W_K", "blocks.0.attn.b_Q", "blocks.0.attn.b_K",
+         "blocks.0.ln1.w", "blocks.0.ln1.b")
+
+
+def standardise(X: np.ndarray, eps: float) -> np.ndarray:
+    """LayerNorm without gain and bias: each row minus its mean, divided by sqrt(its variance + eps)."""
+    X = np.asarray(X, dtype=np.float64)
+    centred = X - X.mean(axis=1, keepdims=True)
+    return centred / np.sqrt((centred**2).mean(axis=1, keepdims=True) + eps)
+
+
+def position_inputs(tensors: Mapping[str, np.ndarray], shape: ModelShape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(z, γ, β): the standardised position rows layer 0 reads, and the gain and bias of that LayerNorm."""
+    P = np.asarray(tensors["W_pos"], dtype=np.float64)
+    if shape.family == "gpt2":
+        rows, ln = P, "blocks.0.ln1"
+    else:
+        rows, ln = P + np.asarray(tensors["W_token_type"][0], dtype=np.float64), "embed.ln"
+    gain = np.asarray(tensors[f"{ln}.w"], dtype=np.float64)
+    bias = np.asarray(tensors[f"{ln}.b"], dtype=np.float64)
+    return standardise(rows, LN_EPS[shape.family]), gain, bias
+
+
+def head_scores(X: np.ndarray, W_Q: np.ndarray, b_Q: np.ndarray, W_K: np.ndarray, b_K: np.ndarray) -> np.ndarray:
+    """S_ij = (x_i W_Q + b_Q) · (x_j W_K + b_K) / √d_head for one head."""
+    q = X @ np.asarray(W_Q, dtype=np.float64) + np.asarray(b_Q, dtype=np.float64)
+    k = X @ np.asarray(W_K, dtype=np.float64) + np.asarray(b_K, dtype=np.float64)
+    return q @ k.T / np.sqrt(q.shape[1])
+
+
+def attention_pattern(S: np.ndarray, causal: bool) -> np.ndarray:
+    """Row-wise softmax of S, keys j > i excluded when `causal`."""
+    S = np.array(S, dtype=np.float64)
+    if causal:
+        S[np.triu_indices(S.shape[0], k=1)] = -np.inf
+    S -= S.max(axis=1, keepdims=True)
+    A = np.exp(S)
+    return A / A.sum(axis=1, keepdims=True)
+
+
+def query_rows(n: int, causal: bool, min_query: int) -> np.ndarray:
+    """Queries averaged over: far enough from the edges that a window of `min_query` keys fits."""
+    return np.arange(min_query, n) if causal else np.arange(min_query, n - min_query)
+
+
+def offset_profile(A: np.ndarray, queries: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Mean over `queries` of A[i, i − δ] for every offset δ (NaN where no query has that key)."""
+    n = A.shape[0]
+    out = np.full(len(offsets), np.nan)
+    for o, delta in enumerate(offsets):
+        i = queries[(queries - delta >= 0) & (queries - delta < n)]
+        if i.size:
+            out[o] = A[i, i - delta].mean()
+    return out
+
+
+def head_statistics(A: np.ndarray, queries: np.ndarray) -> dict[str, float]:
+    """Summary of one pattern over the given queries.
+
+    prev_mode / self_mode / first_mode: fraction of queries whose single most-attended key (a tie counts
+    for none) is i − 1 / i / position 0;
+    mass_*: mean attention on the query itself, the previous key, position 0;
+    half_width: smallest w such that on average half the mass lies within |i − j| ≤ w;
+    mean_distance: attention-weighted mean |i − j|; entropy: mean entropy in nats.
+    """
+    n = A.shape[0]
+    rows = A[queries]
+    two = np.partition(rows, -2, axis=1)[:, -2:]
+    top = np.where(two[:, 1] > two[:, 0], rows.argmax(axis=1), -1)  # -1: no single most-attended key (a tie)
+    distance = np.abs(queries[:, None] - np.arange(n)[None, :])
+    flat = (np.arange(len(queries))[:, None] * n + distance).ravel()
+    by_distance = np.bincount(flat, weights=rows.ravel(), minlength=len(queries) * n).reshape(len(queries), n)
+    within = np.cumsum(by_distance, axis=1).mean(axis=0)
+    safe = np.where(rows > 0, rows, 1.0)
+    return {
+        "prev_mode": float(np.mean(top == queries - 1)),
+        "self_mode": float(np.mean(top == queries)),
+        "first_mode": float(np.mean(top == 0)),
+        "mass_self": float(rows[np.arange(len(queries)), queries].mean()),
+        "mass_prev": float(rows[np.arange(len(queries)), queries - 1].mean()),
+        "mass_first": float(rows[:, 0].mean()),
+        "half_width": int(np.searchsorted(within, 0.5 - 1e-12)),
+        "mean_distance": float((rows * distance).sum(axis=1).mean()),
+        "entropy": float(-(rows * np.log(safe)).sum(axis=1).mean()),
+    }
+
+
+def classify(stats: Mapping[str, float], *, key_mass: float, local_width: int) -> str:
+    """previous-token, current-token or first-position when the heaviest of those three keys holds on average
+    at least `key_mass` of the attention; else local window (half-width ≤ local_width); else diffuse."""
+    masses = {"previous-token": stats["mass_prev"], "current-token": stats["mass_self"],
+              "first-position": stats["mass_first"]}
+    heaviest = max(masses, key=masses.get)
+    if masses[heaviest] >= key_mass:
+        return heaviest
+    if stats["half_width"] <= local_width:
+        return "local window"
+    return "diffuse"
+
+
+def max_pool(A: np.ndarray, block: int) -> np.ndarray:
+    """Maximum over non-overlapping block × block tiles (a thin diagonal stays visible when shrunk)."""
+    n = A.shape[0] // block * block
+    return A[:n, :n].reshape(n // block, block, n // block, block).max(axis=(1, 3))
+
+
+def layer0_heads(tensors: Mapping[str, np.ndarray], shape: ModelShape):
+    """Yield (head, S) for every layer-0 head on the position-only input."""
+    z, gain, bias = position_inputs(tensors, shape)
+    X = z * gain + bias
+    W_Q, W_K = tensors["blocks.0.attn.W_Q"], tensors["blocks.0.attn.W_K"]
+    b_Q, b_K = tensors["blocks.0.attn.b_Q"], tensors["blocks.0.attn.b_K"]
+    for head in range(shape.n_heads):
+        yield head, head_scores(X, W_Q[head], b_Q[head], W_K[head], b_K[head])
+
+
+# ---------------------------------------------------------------------------
+# Patterns and classes
+
+
+def positional_attention(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, min_query: int,
+                         key_mass: float, local_width: int, max_offset: int, zoom: int,
+                         pool: int) -> Result:
+    """Layer-0 attention patterns of the position rows alone, each head's offset profile and class."""
+    causal = shape.family == "gpt2"
+    n = shape.n_ctx
+    queries = query_rows(n, causal, min_query)
+    offsets = np.arange(0 if causal else -max_offset, max_offset + 1)
+    profiles, zooms, pooled, rows, classes = [], [], [], [], []
+    numbers = {
+        "min_query": Number(min_query, "d", "queries i < min_query are left out of every average"),
+        "key_mass": Number(key_mass, ".2f", "mean attention on one key for the previous/current/first classes"),
+        "local_width": Number(local_width, "d", "largest half-width |i − j| of a local-window head"),
+        "pool": Number(pool, "d", "tile size of the max-pooled full patterns"),
+        "zoom": Number(zoom, "d", "positions shown in the zoomed patterns"),
+    }
+    for head, S in layer0_heads(tensors, shape):
+        A = attention_pattern(S, causal)
+        stats = head_statistics(A, queries)
+        label = classify(stats, key_mass=key_mass, local_width=local_width)
+        classes.append(label)
+        profiles.append(offset_profile(A, queries, offsets))
+        zooms.append(A[:zoom, :zoom])
+        pooled.append(max_pool(A, pool))
+        rows.append((head, label, stats["prev_mode"], stats["self_mode"], stats["first_mode"], stats["mass_self"],
+                     stats["mass_prev"],
+                     stats["mass_first"], stats["half_width"], stats["mean_distance"], stats["entropy"]))
+        for key, fmt in (("mass_self", ".2f"), ("mass_prev", ".2f"), ("mass_first", ".2f"), ("first_mode", ".0%"),
+                         ("prev_mode", ".0%"), ("self_mode", ".0%"),
+                         ("half_width", "d"), ("mean_distance", ".0f")):
+            numbers[f"head{head}_{key}"] = Number(stats[key], fmt, f"layer-0 head {head}: {key}")
+    for label in CLASSES:
+        members = [h for h, c in enumerate(classes) if c == label]
+        key = label.replace("-", "_").replace(" ", "_")
+        numbers[f"n_{key}"] = Number(len(members), "d", f"layer-0 heads classified {label}")
+    table = Table(("head", "class", "argmax i−1", "argmax i", "argmax 0", "mass self", "mass i−1", "mass 0", "half-width",
+                   "mean |i−j|", "entropy (nats)"), tuple(rows),
+                  formats={"argmax i−1": ".0%", "argmax i": ".0%", "argmax 0": ".0%", "mass self": ".3f", "mass i−1": ".3f",
+                           "mass 0": ".3f", "mean |i−j|": ".1f", "entropy (nats)": ".2f"})
+    return Result(numbers, {"heads": table},
+                  {"profiles": np.array(profiles), "offsets": offsets, "zooms": np.array(zooms),
+                   "pooled": np.array(pooled), "classes": np.array(classes)})
+
+
+def _head_grid(n_heads: int, width: float = 10.0):
+    cols = 4 if n_heads % 4 == 0 else 6
+    rows = -(-n_heads // cols)
+    fig, axes = plotting.subplots(rows, cols, figsize=(width, width / cols * rows * 1.05), sharex=True, sharey=True)
+    return fig, np.atleast_1d(axes).ravel()
+
+
+def _log_norm(vmin: float):
+    plotting.pyplot()
+    from matplotlib.colors import LogNorm
+
+    return LogNorm(vmin=vmin, vmax=1.0)
+
+
+def plot_patterns(result: Result, shape: ModelShape):
+    """Every head's full pattern on the position rows alone, max-pooled, on a log colour scale."""
+    pooled, classes = result.arrays["pooled"], result.arrays["classes"]
+    pool = result.numbers["pool"].value
+    fig, axes = _head_grid(len(pooled))
+    norm = _log_norm(1e-4)
+    extent = (0, pooled.shape[-1] * pool, pooled.shape[-1] * pool, 0)
+    for head, ax in enumerate(axes):
+        image = ax.imshow(np.clip(pooled[head], 1e-4, 1), cmap=plotting.SEQUENTIAL, norm=norm, extent=extent,
+                          interpolation="nearest", rasterized=True)
+        ax.set_title(f"head {head}: {classes[head]}", fontsize=8)
+    for ax in axes[-4:]:
+        ax.set_xlabel("key position j")
+    for ax in axes[::4]:
+        ax.set_ylabel("query position i")
+    plotting.colorbar(fig, image, list(axes), f"attention (max over {pool}×{pool} tiles, log)")
+    fig.suptitle(f"{shape.name}, layer 0: attention of the position rows alone (no tokens)", y=0.995)
+    return fig
+
+
+def plot_zoom(result: Result, shape: ModelShape):
+    """The first positions of every head's pattern, linear colour scale."""
+    zooms, classes = result.arrays["zooms"], result.arrays["classes"]
+    fig, axes = _head_grid(len(zooms))
+    for head, ax in enumerate(axes):
+        image = ax.imshow(zooms[head], cmap=plotting.SEQUENTIAL, vmin=0, vmax=1, interpolation="nearest",
+                          rasterized=True)
+        ax.set_title(f"head {head}: {classes[head]}", fontsize=8)
+    for ax in axes[-4:]:
+        ax.set_xlabel("key position j")
+    for ax in axes[::4]:
+        ax.set_ylabel("query position i")
+    plotting.colorbar(fig, image, list(axes), "attention weight")
+    fig.suptitle(f"{shape.name}, layer 0: first {zooms.shape[-1]} positions, position rows alone", y=0.995)
+    return fig
+
+
+def plot_profiles(result: Result, shape: ModelShape):
+    """Mean attention against offset i − j for every head (log colour)."""
+    profiles, offsets, classes = result.arrays["profiles"], result.arrays["offsets"], result.arrays["classes"]
+    fig, ax = plotting.subplots(figsize=(7.0, 3.6))
+    image = ax.imshow(np.clip(profiles, 1e-5, 1), aspect="auto", cmap=plotting.SEQUENTIAL, norm=_log_norm(1e-5),
+                      extent=(offsets[0] - 0.5, offsets[-1] + 0.5, len(profiles) - 0.5, -0.5),
+                      interpolation="nearest")
+    ax.set_yticks(range(len(profiles)), [f"{h}: {c}" for h, c in enumerate(classes)], fontsize=8)
+    ax.set_xlabel("offset i − j (tokens back from the query)")
+    ax.set_ylabel("head: class")
+    plotting.colorbar(fig, image, ax, "mean attention on key i − offset (log)")
+    ax.set_title(f"{shape.name}, layer 0: offset profile of each head (position rows alone)")
+    return fig
+
+
+register(
+    "positional_attention", "Layer-0 attention of the position rows alone", positional_attention, needs=NEEDS,
+    params={"min_query": 32, "key_mass": 0.2, "local_width": 32, "max_offset": 64, "zoom": 48, "pool": 4},
+    figures={"patterns": plot_patterns, "zoom": plot_zoom, "profiles": plot_profiles},
+)
+
+# ---------------------------------------------------------------------------
+# QK circuit on P's top principal directions
+
+
+def qk_form(W_Q: np.ndarray, W_K: np.ndarray, gain: np.ndarray, basis: np.ndarray) -> np.ndarray:
+    """M = Bᵀ diag(γ) W_Q W_Kᵀ diag(γ) B / √d_head for one head."""
+    left = basis.T @ (gain[:, None] * np.asarray(W_Q, dtype=np.float64))
+    right = basis.T @ (gain[:, None] * np.asarray(W_K, dtype=np.float64))
+    return left @ right.T / np.sqrt(left.shape[1])
+
+
+def rotation_angle(M: np.ndarray) -> float:
+    """φ of the closest αI + βJ (J the 90° rotation) to the 2 × 2 block M: φ = atan2(β, α).
+
+    For coordinates c_n = r_n(cos θ_n, sin θ_n), c_i (αI + βJ) c_jᵀ = ρ r_i r_j cos(θ_i − θ_j − φ).
+    """
+    alpha = (M[0, 0] + M[1, 1]) / 2
+    beta = (M[1, 0] - M[0, 1]) / 2
+    return float(np.arctan2(beta, alpha))
+
+
+def angular_speed(coords: np.ndarray) -> float:
+    """Median per-position change of the polar angle of 2-D coordinates, wrapped to (−π, π] (rad/token)."""
+    theta = np.arctan2(coords[:, 1], coords[:, 0])
+    step = np.angle(np.exp(1j * np.diff(theta)))
+    return float(np.median(step))
+
+
+def row_centred_r2(full: np.ndarray, part: np.ndarray, mask: np.ndarray) -> float:
+    """1 − SSE/SST between two score matrices over `mask`, each row centred over its masked entries.
+
+    Row-constant terms do not change a softmax, so only within-row variation is compared.
+    """
+    def centre(S):
+        S = np.where(mask, S, 0.0)
+        counts = np.maximum(mask.sum(axis=1, keepdims=True), 1)
+        return np.where(mask, S - S.sum(axis=1, keepdims=True) / counts, 0.0)
+
+    F, R = centre(full), centre(part)
+    return float(1 - ((F - R) ** 2).sum() / (F**2).sum())
+
+
+def positional_qk(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components: int,
+                  min_query: int) -> Result:
+    """Each layer-0 head's QK form on P's top right-singular directions; rotation in the plane of PCs 1–2."""
+    causal = shape.family == "gpt2"
+    n = shape.n_ctx
+    P = np.asarray(tensors["W_pos"], dtype=np.float64)
+    basis = top_right_singular_vectors(P, n_components)
+    z, gain, _ = position_inputs(tensors, shape)
+    coords = z @ basis
+    omega = angular_speed(coords[:, :2])
+    mask = np.tril(np.ones((n, n), dtype=bool)) if causal else np.ones((n, n), dtype=bool)
+    mask[:min_query] = False
+    forms, rows, restricted_profiles, full_profiles = [], [], [], []
+    offsets = np.arange(0, n // 2)
+    queries = query_rows(n, causal, min_query)
+    numbers = {
+        "omega_deg": Number(np.degrees(omega), ".3f", "helix angular speed in the PC1–PC2 plane (degrees/token)"),
+        "helix_period": Number(2 * np.pi / abs(omega), ".0f", "tokens per turn of the helix in the PC1–PC2 plane"),
+        "n_components": Number(n_components, "d", "top right-singular directions of P kept"),
+    }
+    W_Q, W_K = tensors["blocks.0.attn.W_Q"], tensors["blocks.0.attn.W_K"]
+    for head, S in layer0_heads(tensors, shape):
+        M = qk_form(W_Q[head], W_K[head], gain, basis)
+        R = coords @ M @ coords.T
+        anti = np.linalg.norm((M - M.T) / 2) / np.linalg.norm(M)
+        phi = rotation_angle(M[:2, :2])
+        preferred = phi / omega
+        r2 = row_centred_r2(S, R, mask)
+        forms.append(M)
+        rows.append((head, np.linalg.norm(M), anti, np.degrees(phi), preferred, r2))
+        for name, S_ in (("restricted", R), ("full", S)):
+            centred = S_ - np.where(mask, S_, 0).sum(axis=1, keepdims=True) / np.maximum(mask.sum(axis=1), 1)[:, None]
+            (restricted_profiles if name == "restricted" else full_profiles).append(
+                offset_profile(centred, queries, offsets))
+        numbers[f"head{head}_antisymmetric"] = Number(anti, ".2f", f"head {head}: ‖(M − Mᵀ)/2‖ / ‖M‖")
+        numbers[f"head{head}_phi_deg"] = Number(np.degrees(phi), ".0f", f"head {head}: rotation angle φ (degrees)")
+        numbers[f"head{head}_preferred_offset"] = Number(preferred, ".0f",
+                                                         f"head {head}: φ/ω, offset where c_i M c_j peaks")
+        numbers[f"head{head}_r2"] = Number(r2, ".2f", f"head {head}: share of row-centred score variance")
+    r2s = np.array([r[-1] for r in rows])
+    numbers["r2_median"] = Number(float(np.median(r2s)), ".2f", "median over heads of the top-k share")
+    numbers["r2_max"] = Number(float(r2s.max()), ".2f", "largest top-k share of a head")
+    numbers["r2_max_head"] = Number(int(r2s.argmax()), "d", "head with the largest top-k share")
+    table = Table(("head", "‖M‖_F", "antisymmetric share", "φ (degrees)", "φ/ω (tokens)", "R² of top-k scores"),
+                  tuple(rows), formats={"‖M‖_F": ".3f", "antisymmetric share": ".2f", "φ (degrees)": ".0f",
+                                        "φ/ω (tokens)": ".0f", "R² of top-k scores": ".2f"})
+    return Result(numbers, {"qk_forms": table},
+                  {"forms": np.array(forms), "restricted": np.array(restricted_profiles),
+                   "full": np.array(full_profiles), "offsets": offsets})
+
+
+def plot_forms(result: Result, shape: ModelShape):
+    """The k × k QK form of every head, each on its own symmetric colour scale, values written in."""
+    forms = result.arrays["forms"]
+    fig, axes = _head_grid(len(forms), width=8.0)
+    k = forms.shape[-1]
+    for head, ax in enumerate(axes):
+        M = forms[head]
+        top = float(np.abs(M).max())
+        ax.imshow(M, cmap=plotting.DIVERGING, vmin=-top, vmax=top, interpolation="nearest")
+        for (r, c), value in np.ndenumerate(M):
+            ax.text(c, r, f"{value:.2g}", ha="center", va="center", fontsize=6.5,
+                    color="white" if abs(value) > 0.6 * top else "black")
+        ax.set_title(f"head {head}", fontsize=8)
+        ax.set_xticks(range(k), [f"PC{j + 1}" for j in range(k)], fontsize=7)
+        ax.set_yticks(range(k), [f"PC{j + 1}" for j in range(k)], fontsize=7)
+    fig.suptitle(f"{shape.name}, layer 0: QK form M on P's top {k} directions (rows: query, columns: key)",
+                 y=0.995)
+    return fig
+
+
+def plot_score_profiles(result: Result, shape: ModelShape):
+    """Mean row-centred score against offset: full positional scores against the top-k restriction."""
+    full, restricted, offsets = result.arrays["full"], result.arrays["restricted"], result.arrays["offsets"]
+    fig, axes = _head_grid(len(full))
+    for head, ax in enumerate(axes):
+        ax.plot(offsets, full[head], lw=1, color="C0", label="all directions")
+        ax.plot(offsets, restricted[head], lw=1, color="C3", ls="--", label="top-k form")
+        ax.axhline(0, color="0.6", lw=0.5)
+        ax.set_title(f"head {head}", fontsize=8)
+    for ax in axes[-4:]:
+        ax.set_xlabel("offset i − j")
+    for ax in axes[::4]:
+        ax.set_ylabel("score − row mean")
+    axes[0].legend(fontsize=7, loc="upper right")
+    fig.suptitle(f"{shape.name}, layer 0: positional score against offset, full and restricted to P's top "
+                 f"{result.numbers['n_components'].text} directions", y=0.995)
+    return fig
+
+
+register(
+    "positional_qk", "Layer-0 QK circuit on the top directions of P", positional_qk, needs=NEEDS,
+    params={"n_components": 3, "min_query": 32},
+    figures={"forms": plot_forms, "score_profiles": plot_score_profiles},
+)

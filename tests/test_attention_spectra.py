@@ -1,0 +1,99 @@
+"""Closed-form checks of the anisotropy measures, the layout of the full matrices, and the subspace alignment."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analyses.attention_spectra import anisotropy, energy_fraction, full_matrix, input_gain
+from analyses.sources import ModelShape
+
+D = 48
+
+
+def orthogonal(rng: np.random.Generator, d: int) -> np.ndarray:
+    q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    return q
+
+
+def test_orthogonal_matrix_is_isotropic():
+    Q = 3.0 * orthogonal(np.random.default_rng(0), D)
+    a = anisotropy(np.linalg.svd(Q, compute_uv=False))
+    assert a["condition"] == pytest.approx(1.0, abs=1e-12)
+    assert a["effective_rank"] == pytest.approx(D, abs=1e-9)
+    assert a["log_volume"] == pytest.approx(D * np.log(3.0), abs=1e-10)  # |det(3Q)| = 3^D
+
+
+def test_rank_r_projector_has_effective_rank_r():
+    B = orthogonal(np.random.default_rng(1), D)[:, :5]
+    s = np.linalg.svd(B @ B.T, compute_uv=False)
+    from analyses.linalg import effective_rank
+
+    assert effective_rank(np.where(s > 1e-10, s, 0.0)) == pytest.approx(5.0, abs=1e-9)
+    with pytest.raises(ValueError):  # a singular matrix has no finite condition number or log-volume
+        anisotropy(s * (s > 1e-10))
+
+
+def test_log_volume_is_log_abs_determinant():
+    W = np.random.default_rng(2).standard_normal((D, D))
+    assert anisotropy(np.linalg.svd(W, compute_uv=False))["log_volume"] == pytest.approx(
+        np.linalg.slogdet(W)[1], abs=1e-9)
+
+
+def test_subspace_with_itself_and_random_subspaces():
+    rng = np.random.default_rng(3)
+    k = 4
+    B = orthogonal(rng, D)[:, :k]
+    assert energy_fraction(B @ B.T, B) == pytest.approx(1.0, abs=1e-12)
+    assert energy_fraction(B @ B.T, B, side="output") == pytest.approx(1.0, abs=1e-12)
+    W = rng.standard_normal((D, D))
+    draws = [energy_fraction(W, orthogonal(rng, D)[:, :k]) for _ in range(400)]
+    # E = k/D exactly; the mean of 400 draws has standard error well below 0.01 here
+    assert np.mean(draws) == pytest.approx(k / D, abs=0.01)
+    # the whole space takes all the energy, a complementary subspace the rest
+    Q = orthogonal(rng, D)
+    assert energy_fraction(W, Q[:, :k]) + energy_fraction(W, Q[:, k:]) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_energy_fraction_is_sigma_weighted_overlap_of_input_singular_vectors():
+    rng = np.random.default_rng(4)
+    W = rng.standard_normal((D, 30))
+    B = orthogonal(rng, D)[:, :3]
+    U, s, _ = np.linalg.svd(W, full_matrices=False)
+    weighted = np.sum(s**2 * np.sum((B.T @ U) ** 2, axis=0)) / np.sum(s**2)
+    assert energy_fraction(W, B) == pytest.approx(weighted, abs=1e-12)
+
+
+def test_full_matrix_layout_is_x_at_w():
+    """Head h of the full D × D query map is columns h·d_head … (h+1)·d_head; W_O stacks heads as rows."""
+    rng = np.random.default_rng(5)
+    H, dh = 3, 4
+    tensors = {"blocks.0.attn.W_Q": rng.standard_normal((H, H * dh, dh)),
+               "blocks.0.attn.W_O": rng.standard_normal((H, dh, H * dh))}
+    x = rng.standard_normal(H * dh)
+    q = x @ full_matrix(tensors, 0, "Q")
+    for h in range(H):
+        np.testing.assert_allclose(q[h * dh:(h + 1) * dh], x @ tensors["blocks.0.attn.W_Q"][h], atol=1e-12)
+    z = rng.standard_normal((H, dh))
+    np.testing.assert_allclose(z.reshape(-1) @ full_matrix(tensors, 0, "O"),
+                               sum(z[h] @ tensors["blocks.0.attn.W_O"][h] for h in range(H)), atol=1e-12)
+
+
+def test_input_gain_follows_the_norm_placement():
+    shape = lambda fam: ModelShape("m", fam, 4, 8, 2, 2, 10, 16, "pre" if fam == "gpt2" else "post")  # noqa: E731
+    tensors = {"blocks.0.ln1.w": np.full(4, 1.0), "blocks.1.ln1.w": np.full(4, 2.0), "embed.ln.w": np.full(4, 3.0),
+               "blocks.0.ln2.w": np.full(4, 4.0)}
+    assert input_gain(tensors, shape("gpt2"), 1)[0] == 2.0
+    assert input_gain(tensors, shape("bert"), 0)[0] == 3.0
+    assert input_gain(tensors, shape("bert"), 1)[0] == 4.0
+
+
+def test_reported_layer5_query_anisotropy(gpt2_weights):
+    """The reference values of the weights' README: log-volume 393.94, effective rank 535.52, κ ≈ 3.48e4."""
+    from analyses.sources import local_source
+
+    source = local_source("gpt2", gpt2_weights)
+    a = anisotropy(np.linalg.svd(full_matrix(source.tensors, 5, "Q"), compute_uv=False))
+    assert a["log_volume"] == pytest.approx(393.94, abs=0.005)
+    assert a["effective_rank"] == pytest.approx(535.52, abs=0.005)
+    assert a["condition"] == pytest.approx(3.48e4, rel=0.005)

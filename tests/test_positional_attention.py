@@ -1,0 +1,99 @@
+"""Constructed checks of the positional attention pipeline: patterns, head classes, and the QK form on P's PCs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analyses.positional_attention import (attention_pattern, classify, head_scores, head_statistics, offset_profile,
+                                           qk_form, query_rows, rotation_angle, row_centred_r2, standardise)
+
+N = 64
+THRESHOLDS = {"key_mass": 0.2, "local_width": 8}
+
+
+def planted_scores(n: int, target) -> np.ndarray:
+    """Scores 10 on the key target(i) and 0 elsewhere."""
+    S = np.zeros((n, n))
+    i = np.arange(n)
+    S[i, np.clip(target(i), 0, n - 1)] = 10.0
+    return S
+
+
+def classify_scores(S: np.ndarray, causal: bool = True) -> str:
+    A = attention_pattern(S, causal)
+    return classify(head_statistics(A, query_rows(len(S), causal, 16)), **THRESHOLDS)
+
+
+def test_softmax_rows_sum_to_one_and_respect_the_mask():
+    S = np.random.default_rng(0).standard_normal((N, N))
+    A = attention_pattern(S, causal=True)
+    np.testing.assert_allclose(A.sum(axis=1), 1.0, atol=1e-12)
+    assert np.all(A[np.triu_indices(N, k=1)] == 0)
+    assert A[0, 0] == 1.0
+
+
+def test_planted_heads_are_classified():
+    assert classify_scores(planted_scores(N, lambda i: i - 1)) == "previous-token"
+    assert classify_scores(planted_scores(N, lambda i: i)) == "current-token"
+    assert classify_scores(planted_scores(N, lambda i: 0 * i)) == "first-position"
+    assert classify_scores(np.zeros((N, N))) == "diffuse"  # uniform over the prefix
+    window = np.where(np.abs(np.arange(N)[:, None] - np.arange(N)[None, :]) <= 5, 0.0, -20.0)  # flat, 6 keys
+    assert classify_scores(window) == "local window"
+    assert classify_scores(planted_scores(N, lambda i: i + 1), causal=False) == "local window"  # next token
+
+
+def test_statistics_of_a_previous_token_head():
+    A = attention_pattern(planted_scores(N, lambda i: i - 1), causal=True)
+    stats = head_statistics(A, query_rows(N, True, 16))
+    assert stats["prev_mode"] == 1.0
+    assert stats["half_width"] == 1
+    assert stats["mass_prev"] == pytest.approx(np.exp(10) / (np.exp(10) + np.arange(16, N)).mean(), rel=0.05)
+    profile = offset_profile(A, query_rows(N, True, 16), np.arange(0, 4))
+    assert int(np.argmax(profile)) == 1
+
+
+def test_uniform_causal_pattern_statistics():
+    A = attention_pattern(np.zeros((N, N)), causal=True)
+    queries = query_rows(N, True, 16)
+    stats = head_statistics(A, queries)
+    assert stats["entropy"] == pytest.approx(np.mean(np.log(queries + 1)), abs=1e-12)
+    assert stats["mean_distance"] == pytest.approx(np.mean(queries / 2), abs=1e-12)
+
+
+def test_standardise_and_scores():
+    rng = np.random.default_rng(1)
+    X = standardise(rng.standard_normal((5, 12)) * 3 + 1, eps=0.0)
+    np.testing.assert_allclose(X.mean(axis=1), 0, atol=1e-12)
+    np.testing.assert_allclose(X.var(axis=1), 1, atol=1e-12)
+    W_Q, W_K = rng.standard_normal((12, 4)), rng.standard_normal((12, 4))
+    S = head_scores(X, W_Q, np.zeros(4), W_K, np.zeros(4))
+    np.testing.assert_allclose(S, X @ W_Q @ W_K.T @ X.T / 2.0, atol=1e-12)
+
+
+def test_rotation_form_reproduces_the_offset_preference():
+    """Positions on a circle, θ_n = ω n; a form ρ R(φ) makes the score peak where ω(i − j) = φ."""
+    omega, phi = 2 * np.pi / 40, np.pi / 4
+    M = 2.0 * np.array([[np.cos(phi), -np.sin(phi)], [np.sin(phi), np.cos(phi)]])
+    assert rotation_angle(M) == pytest.approx(phi, abs=1e-12)
+    n = np.arange(200)
+    coords = np.stack([np.cos(omega * n), np.sin(omega * n)], axis=1)
+    R = coords @ M @ coords.T
+    i, window = 150, 20  # keys i − 19 … i: less than half a turn, so the peak is unique
+    j = i - window + 1 + int(np.argmax(R[i, i - window + 1:i + 1]))
+    assert i - j == round(phi / omega)
+
+
+def test_qk_form_with_gain_and_r2():
+    rng = np.random.default_rng(2)
+    d, dh = 10, 4
+    B, _ = np.linalg.qr(rng.standard_normal((d, 3)))
+    W_Q, W_K, gain = rng.standard_normal((d, dh)), rng.standard_normal((d, dh)), rng.uniform(0.5, 2, d)
+    M = qk_form(W_Q, W_K, gain, B)
+    c = rng.standard_normal((6, 3))
+    z = c @ B.T  # inputs inside the subspace: the form is exact
+    full = (z * gain) @ W_Q @ ((z * gain) @ W_K).T / 2.0
+    np.testing.assert_allclose(c @ M @ c.T, full, atol=1e-10)
+    mask = np.tril(np.ones((6, 6), dtype=bool))
+    assert row_centred_r2(full, c @ M @ c.T, mask) == pytest.approx(1.0, abs=1e-12)
+    assert row_centred_r2(full, full + 5.0, mask) == pytest.approx(1.0, abs=1e-12)  # row constants do not count
