@@ -296,10 +296,7 @@ def plot_outliers(result: Result, shape: ModelShape):
     n = np.arange(len(score))
     fig, ax = plotting.subplots()
     ax.plot(n, score, color="C0", lw=0.8)
-    for i in np.argsort(-score, kind="stable")[:3]:
-        ax.plot([i], [score[i]], "o", color="C3", ms=4)
-        ax.annotate(f"position {i}", (i, score[i]), textcoords="offset points", xytext=(6, 0), fontsize=8,
-                    ha="left" if i < len(n) / 2 else "right", va="center")
+    plotting.mark_positions(ax, np.argsort(-score, kind="stable")[:3], score, len(n))
     ax.axhline(1.0, color="0.5", lw=0.8, ls="--", label="one median step")
     ax.set_yscale("log")
     ax.set_xlabel("position")

@@ -182,21 +182,27 @@ def thin_shell(*, dims: tuple[int, ...], epsilons: tuple[float, ...], mc_dims: t
                   {"mc": np.array([r[:4] for r in rows]), "epsilons": np.array(epsilons)})
 
 
-def plot_shell(result: Result, shape: ModelShape | None):
-    """Fraction of the volume in the outer shell against d: it tends to 1, faster for thicker shells."""
+def _plot_against_dimension(result: Result, curve, values, label: str, keep_mc=lambda mc: True):
+    """One closed-form curve per parameter value against d (log x), with its Monte Carlo estimates as rings."""
     d = np.unique(np.geomspace(1, 2048, 200).astype(int))
     mc = result.arrays["mc"]
     fig, ax = plotting.subplots()
-    for colour, eps in enumerate(result.arrays["epsilons"]):
-        ax.plot(d, shell_fraction(d, eps), color=f"C{colour}", lw=1.4, label=f"ε = {eps:g}")
-        points = mc[mc[:, 1] == eps]
+    for colour, value in enumerate(values):
+        ax.plot(d, curve(d, value), color=f"C{colour}", lw=1.4, label=label.format(value))
+        points = mc[(mc[:, 1] == value) & keep_mc(mc)]
         ax.plot(points[:, 0], points[:, 3], "o", color=f"C{colour}", ms=4, mfc="none")
     ax.plot([], [], "o", color="0.3", ms=4, mfc="none", label="Monte Carlo")
     ax.axvline(768, color="0.5", lw=0.8, ls=":")
-    ax.annotate("D = 768 (GPT-2)", (768, 0.05), textcoords="offset points", xytext=(-4, 0), ha="right", fontsize=8)
     ax.set_xscale("log")
-    ax.set_ylim(0, 1.02)
     ax.set_xlabel("dimension d (log scale)")
+    return fig, ax
+
+
+def plot_shell(result: Result, shape: ModelShape | None):
+    """Fraction of the volume in the outer shell against d: it tends to 1, faster for thicker shells."""
+    fig, ax = _plot_against_dimension(result, shell_fraction, result.arrays["epsilons"], "ε = {:g}")
+    ax.annotate("D = 768 (GPT-2)", (768, 0.05), textcoords="offset points", xytext=(-4, 0), ha="right", fontsize=8)
+    ax.set_ylim(0, 1.02)
     ax.set_ylabel("fraction of the ball's volume with ‖x‖ ≥ 1 − ε")
     ax.set_title("volume of the unit d-ball concentrates in a thin outer shell")
     ax.legend(loc="upper left")
@@ -249,19 +255,10 @@ def ball_overlap(*, dims: tuple[int, ...], ratios: tuple[float, ...], mc_dims: t
 
 def plot_overlap(result: Result, shape: ModelShape | None):
     """Overlap fraction against d (log-log): for any fixed c/r > 0 it falls exponentially fast."""
-    d = np.unique(np.geomspace(1, 2048, 200).astype(int))
-    mc = result.arrays["mc"]
-    fig, ax = plotting.subplots()
-    for colour, q in enumerate(result.arrays["ratios"]):
-        ax.plot(d, overlap_fraction(d, q), color=f"C{colour}", lw=1.4, label=f"c/r = {q:g}")
-        points = mc[(mc[:, 1] == q) & (mc[:, 3] > 0)]
-        ax.plot(points[:, 0], points[:, 3], "o", color=f"C{colour}", ms=4, mfc="none")
-    ax.plot([], [], "o", color="0.3", ms=4, mfc="none", label="Monte Carlo")
-    ax.axvline(768, color="0.5", lw=0.8, ls=":")
-    ax.set_xscale("log")
+    fig, ax = _plot_against_dimension(result, overlap_fraction, result.arrays["ratios"], "c/r = {:g}",
+                                      keep_mc=lambda mc: mc[:, 3] > 0)
     ax.set_yscale("log")
     ax.set_ylim(1e-30, 1.5)
-    ax.set_xlabel("dimension d (log scale)")
     ax.set_ylabel("intersection volume / volume of one ball")
     ax.set_title("two balls of radius r with centres c apart: overlap against dimension")
     ax.legend(loc="lower left")

@@ -60,6 +60,14 @@ def colorbar(fig, mappable, ax, label: str):
     return bar
 
 
+def mark_positions(ax, positions, values, n_positions: int) -> None:
+    """Mark and label points of a curve over positions, labels placed away from the nearer edge."""
+    for i in positions:
+        ax.plot([i], [values[i]], "o", color="C3", ms=4)
+        ax.annotate(f"position {i}", (i, values[i]), textcoords="offset points", xytext=(6, 0), fontsize=8,
+                    ha="left" if i < n_positions / 2 else "right", va="center")
+
+
 def render(fig) -> dict[str, bytes]:
     """The figure as {extension: bytes} in every format, without dates or random ids, then closed."""
     metadata = {"svg": {"Date": None, "Creator": None}, "pdf": {"CreationDate": None, "ModDate": None, "Creator": None,

@@ -81,11 +81,8 @@ def plot_norms(result: Result, shape: ModelShape):
     fig, ax = plotting.subplots()
     ax.plot(np.arange(len(norms)), norms, lw=1, color="C0")
     ax.axhline(float(np.median(norms)), color="0.5", lw=0.8, ls="--", label="median")
-    for key in ("norm_max_position", "norm_min_position"):
-        i = result.numbers[key].value
-        ax.plot([i], [norms[i]], "o", color="C3", ms=4)
-        ax.annotate(f"position {i}", (i, norms[i]), textcoords="offset points", xytext=(6, 0), fontsize=8,
-                    ha="left" if i < len(norms) / 2 else "right", va="center")
+    extremes = [result.numbers[key].value for key in ("norm_max_position", "norm_min_position")]
+    plotting.mark_positions(ax, extremes, norms, len(norms))
     ax.set_yscale("log")
     ax.set_xlabel("position")
     ax.set_ylabel("row norm ‖p_n‖ (log scale)")

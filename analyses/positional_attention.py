@@ -24,7 +24,7 @@ import numpy as np
 from analyses import plotting
 from analyses.linalg import top_right_singular_vectors
 from analyses.registry import register
-from analyses.results import Number, Result, Table
+from analyses.results import Number, Result, Table, Text, spoken_list
 from analyses.sources import ModelShape
 
 LN_EPS = {"gpt2": 1e-5, "bert": 1e-12}
@@ -185,6 +185,7 @@ def positional_attention(tensors: Mapping[str, np.ndarray], shape: ModelShape, *
         members = [h for h, c in enumerate(classes) if c == label]
         key = label.replace("-", "_").replace(" ", "_")
         numbers[f"n_{key}"] = Number(len(members), "d", f"layer-0 heads classified {label}")
+        numbers[f"heads_{key}"] = Text(spoken_list(members), f"the layer-0 heads classified {label}")
     table = Table(("head", "class", "argmax i−1", "argmax i", "argmax 0", "mass self", "mass i−1", "mass 0", "half-width",
                    "mean |i−j|", "entropy (nats)"), tuple(rows),
                   formats={"argmax i−1": ".0%", "argmax i": ".0%", "argmax 0": ".0%", "mass self": ".3f", "mass i−1": ".3f",

@@ -50,6 +50,26 @@ class Number:
 
 
 @dataclass(frozen=True)
+class Text:
+    """A cited value that is not a number but still comes from the data, e.g. which heads fall in a class."""
+
+    value: str
+    description: str = ""
+
+    @property
+    def text(self) -> str:
+        return self.value
+
+
+def spoken_list(items) -> str:
+    """Items as an English list: "3", "3 and 4", "3, 4 and 7"; "none" when empty."""
+    items = [str(i) for i in items]
+    if not items:
+        return "none"
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+@dataclass(frozen=True)
 class Table:
     """A table with named columns; `formats` maps a column to its display format in the markdown."""
 
@@ -100,6 +120,6 @@ class Result:
     and are not cached (the figures are).
     """
 
-    numbers: dict[str, Number] = field(default_factory=dict)
+    numbers: dict[str, Number | Text] = field(default_factory=dict)
     tables: dict[str, Table] = field(default_factory=dict)
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
