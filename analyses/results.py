@@ -69,6 +69,18 @@ def spoken_list(items) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+# Symbols that the PDF's default text font (Latin Modern) lacks, written as inline TeX math,
+# which both the HTML (MathJax) and the PDF render.
+_MATH_SYMBOLS = {"γ": r"\gamma", "σ": r"\sigma", "ε": r"\varepsilon", "φ": r"\varphi", "ω": r"\omega",
+                 "Σ": r"\Sigma", "‖": r"\|", "≥": r"\geq", "≤": r"\leq", "√": r"\surd", "ᵀ": r"^\top",
+                 "→": r"\to"}
+
+
+def _print_safe(text: str) -> str:
+    """Replace each symbol missing from the PDF text font by the same symbol in inline math."""
+    return "".join(f"${_MATH_SYMBOLS[c]}$" if c in _MATH_SYMBOLS else c for c in text)
+
+
 @dataclass(frozen=True)
 class Table:
     """A table with named columns; `formats` maps a column to its display format in the markdown."""
@@ -92,12 +104,12 @@ class Table:
     def _cell(self, column: str, value) -> str:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and column in self.formats:
             return format_value(value, self.formats[column])
-        return str(value)
+        return _print_safe(str(value))
 
     def to_markdown(self) -> str:
         """A pipe table for `{{< include >}}`: the caption and label live in the chapter."""
         numeric = [all(isinstance(v, (int, float)) for v in self.column(c)) and self.rows for c in self.columns]
-        lines = ["| " + " | ".join(self.columns) + " |",
+        lines = ["| " + " | ".join(map(_print_safe, self.columns)) + " |",
                  "|" + "|".join("---:" if n else ":---" for n in numeric) + "|"]
         lines += ["| " + " | ".join(self._cell(c, v) for c, v in zip(self.columns, row)) + " |"
                   for row in self.rows]

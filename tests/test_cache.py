@@ -185,3 +185,11 @@ def test_result_types_validate_and_format():
 def test_unknown_analysis_name_is_an_error():
     with pytest.raises(KeyError, match="unknown analysis nope"):
         select(["nope"])
+
+
+def test_markdown_tables_write_symbols_the_pdf_font_lacks_as_math():
+    table = Table(("σ_max", "‖M‖"), [("diag(γ)W_Q", 1.0)])
+    lines = table.to_markdown().splitlines()
+    assert lines[0] == "| $\\sigma$_max | $\\|$M$\\|$ |"
+    assert lines[2].startswith("| diag($\\gamma$)W_Q |")
+    assert "σ_max" in table.to_csv()  # reviewers' CSV keeps the plain text
