@@ -69,18 +69,20 @@ def _status_md(job: Job, manifest: dict) -> str:
             f"(code `{manifest['input']['code'][:12]}`).*\n")
 
 
-def execute(job: Job, cache: Cache) -> dict:
-    """Compute one job (or record it as skipped) and write its cache entry; returns the manifest."""
+def execute(job: Job, cache: Cache, inputs: dict) -> dict:
+    """Compute one job (or record it as skipped) and write its cache entry; returns the manifest.
+
+    `inputs` is the job's fingerprint, computed once by the caller.
+    """
     start = time.perf_counter()
-    inputs = job.inputs()
     manifest = {"analysis": job.analysis.name, "title": job.analysis.title, "scope": job.scope,
                 "model": job.source.name if job.source else None,
                 "shape": job.source.shape.as_dict() if job.source else None, "input": inputs}
     missing = job.source.tensors.missing(job.analysis.needs) if job.source else []
     if missing:
         manifest.update(status="skipped", reason=(
-            f"This checkpoint of {job.source.name} does not contain {', '.join(f'`{m}`' for m in missing)}, which this "
-            "analysis needs; it was not run on a substitute. Point the pipeline at a full checkpoint "
+            f"This checkpoint of {job.source.name} does not contain {', '.join(f'`{m}`' for m in missing)}, "
+            "which this analysis needs; it was not run on a substitute. Point the pipeline at a full checkpoint "
             "(e.g. from the Hugging Face hub) to compute it."))
         outputs = result_outputs(Result(), {}, {})
     else:
@@ -105,11 +107,12 @@ def run(jobs: list[Job], cache: Cache, force: bool = False, progress: bool = Tru
         bar = tqdm(jobs, unit="analysis", disable=not progress, file=sys.stderr)
         for job in bar:
             bar.set_description(job.label)
-            reason = "forced" if force else cache.staleness(job.scope, job.analysis.name, job.inputs())
+            inputs = job.inputs()
+            reason = "forced" if force else cache.staleness(job.scope, job.analysis.name, inputs)
             if reason is None:
                 done.append((job, "fresh"))
                 continue
-            manifest = execute(job, cache)
+            manifest = execute(job, cache, inputs)
             done.append((job, f"{manifest['status']} ({reason})"))
             cache.write_index()
         if not (cache.variables.exists() and (cache.root / "provenance.md").exists()):

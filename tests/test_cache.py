@@ -13,7 +13,7 @@ from analyses import registry
 from analyses.cache import Cache, Outputs, input_fingerprint
 from analyses.pipeline import Job, plan, run, select, status
 from analyses.registry import Analysis
-from analyses.results import Number, Table
+from analyses.results import Number, Table, spoken_list
 from analyses.sources import local_source
 
 
@@ -169,6 +169,7 @@ def test_write_replaces_whole_entry(cache):
 
 def test_result_types_validate_and_format():
     assert Number(0.90391, ".1%").text == "90.4%"
+    assert [spoken_list(x) for x in ([], [3], [3, 4], [3, 4, 7])] == ["none", "3", "3 and 4", "3, 4 and 7"]
     assert Number(34812.0, "sci2").text == "3.48e4"
     assert Number(np.float32(1.5), ".2f").value == 1.5
     with pytest.raises(TypeError):
