@@ -1,5 +1,7 @@
 """Analyses of the position embeddings of GPT-2 (and a BERT-style comparison model).
 
-Sources of weights (`sources`, `checkpoint`), one module per topic of study,
-the results cache (`cache`, `pipeline`) and the command line (`cli`).
+Two subpackages hold the machinery: `analyses.engine` (sources of weights, the registry, the
+cache, the pipeline and the command line) and `analyses.toolkit` (linear algebra, statistics
+and the figure style that several topics share). Every other module here is a topic of
+study: it registers its analyses and is found by where it lives.
 """

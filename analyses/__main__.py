@@ -2,6 +2,6 @@
 
 import sys
 
-from analyses.cli import main
+from analyses.engine.cli import main
 
 sys.exit(main())

@@ -26,11 +26,11 @@ from collections.abc import Mapping
 import numpy as np
 from scipy.linalg import svd, svdvals
 
-from analyses import plotting
-from analyses.linalg import effective_rank, top_right_singular_vectors
-from analyses.registry import register
-from analyses.results import Number, Result, Table
-from analyses.sources import ModelShape
+from analyses.toolkit import plotting
+from analyses.toolkit.linalg import effective_rank, top_right_singular_vectors
+from analyses.engine.registry import register
+from analyses.engine.results import Number, Result, Table
+from analyses.engine.sources import ModelShape
 
 MATRICES = ("Q", "K", "V", "O")
 

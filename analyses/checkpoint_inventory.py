@@ -12,9 +12,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from analyses.registry import register
-from analyses.results import Number, Result, Table
-from analyses.sources import ModelShape, canonical_names
+from analyses.engine.registry import register
+from analyses.engine.results import Number, Result, Table
+from analyses.engine.sources import ModelShape, canonical_names
 
 _LAYER = re.compile(r"^blocks\.\d+\.")
 
@@ -27,7 +27,7 @@ def group_name(name: str) -> str:
 def checkpoint_inventory(tensors: Mapping[str, np.ndarray], shape: ModelShape) -> Result:
     """Present/expected counts of tensors and parameters, and a table of tensor groups."""
     expected = canonical_names(shape)
-    present = set(tensors)
+    present = {name for name in expected if name in tensors}  # derived quantities are not tensors
     groups: dict[str, list[str]] = {}
     for name in expected:
         groups.setdefault(group_name(name), []).append(name)

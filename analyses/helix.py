@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analyses import plotting
-from analyses.linalg import explained_variance_ratio, top_right_singular_vectors
-from analyses.registry import register
-from analyses.results import Number, Result, Table
-from analyses.sources import ModelShape
+from analyses.toolkit import plotting
+from analyses.toolkit.linalg import explained_variance_ratio, top_right_singular_vectors
+from analyses.engine.registry import register
+from analyses.engine.results import Number, Result, Table
+from analyses.engine.sources import ModelShape
 
 
 def principal_coordinates(P: np.ndarray, k: int) -> np.ndarray:

@@ -18,10 +18,10 @@ from collections.abc import Mapping
 import numpy as np
 from scipy import special
 
-from analyses import plotting
-from analyses.registry import register
-from analyses.results import Number, Result, Table
-from analyses.sources import ModelShape
+from analyses.toolkit import plotting
+from analyses.engine.registry import register
+from analyses.engine.results import Number, Result, Table
+from analyses.engine.sources import ModelShape
 
 
 def random_cosines(d: int, n_pairs: int, rng: np.random.Generator) -> np.ndarray:

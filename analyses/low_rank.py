@@ -19,12 +19,12 @@ from itertools import combinations
 
 import numpy as np
 
-from analyses import plotting
-from analyses.linalg import components_for, effective_rank, explained_variance_ratio, top_right_singular_vectors
-from analyses.registry import register
-from analyses.results import Number, Result, Table
+from analyses.toolkit import plotting
+from analyses.toolkit.linalg import components_for, effective_rank, explained_variance_ratio, top_right_singular_vectors
+from analyses.engine.registry import register
+from analyses.engine.results import Number, Result, Table
 from analyses.sinusoidal import sinusoidal_table
-from analyses.sources import ModelShape
+from analyses.engine.sources import ModelShape
 
 
 def position_subsets(n_positions: int, split: int) -> dict[str, np.ndarray]:

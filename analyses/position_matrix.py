@@ -11,10 +11,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from analyses import plotting
-from analyses.registry import register
-from analyses.results import Number, Result, Table
-from analyses.sources import ModelShape
+from analyses.toolkit import plotting
+from analyses.engine.registry import register
+from analyses.engine.results import Number, Result, Table
+from analyses.engine.sources import ModelShape
 
 
 def row_norms(matrix: np.ndarray) -> np.ndarray:

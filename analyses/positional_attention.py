@@ -21,14 +21,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from analyses import plotting
-from analyses.linalg import top_right_singular_vectors
-from analyses.registry import register
-from analyses.results import Number, Result, Table, Text, spoken_list
-from analyses.sources import ModelShape
+from analyses.toolkit import plotting
+from analyses.toolkit.linalg import top_right_singular_vectors
+from analyses.engine.registry import register
+from analyses.engine.results import Number, Result, Table, Text, spoken_list
+from analyses.engine.sources import ModelShape
 
-LN_EPS = {"gpt2": 1e-5, "bert": 1e-12}
-"""LayerNorm epsilon of each family (config `layer_norm_epsilon` of GPT-2, `layer_norm_eps` of BERT)."""
 CLASSES = ("previous-token", "current-token", "first-position", "local window", "diffuse")
 NEEDS = ("W_pos", "blocks.0.attn.W_Q", "blocks.0.attn.W_K", "blocks.0.attn.b_Q", "blocks.0.attn.b_K",
          "blocks.0.ln1.w", "blocks.0.ln1.b")
@@ -50,7 +48,7 @@ def position_inputs(tensors: Mapping[str, np.ndarray], shape: ModelShape) -> tup
         rows, ln = P + np.asarray(tensors["W_token_type"][0], dtype=np.float64), "embed.ln"
     gain = np.asarray(tensors[f"{ln}.w"], dtype=np.float64)
     bias = np.asarray(tensors[f"{ln}.b"], dtype=np.float64)
-    return standardise(rows, LN_EPS[shape.family]), gain, bias
+    return standardise(rows, shape.ln_eps), gain, bias
 
 
 def head_scores(X: np.ndarray, W_Q: np.ndarray, b_Q: np.ndarray, W_K: np.ndarray, b_K: np.ndarray) -> np.ndarray:

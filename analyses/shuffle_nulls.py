@@ -21,11 +21,11 @@ from collections.abc import Callable, Mapping
 import numpy as np
 from scipy.linalg.blas import ssyrk
 
-from analyses import plotting
-from analyses.linalg import cosine_matrix, upper_triangle
-from analyses.registry import register
-from analyses.results import Number, Result, Table
-from analyses.sources import ModelShape
+from analyses.toolkit import plotting
+from analyses.toolkit.linalg import cosine_matrix, upper_triangle
+from analyses.engine.registry import register
+from analyses.engine.results import Number, Result, Table
+from analyses.engine.sources import ModelShape
 
 KINDS = ("positions", "dimensions")
 STATISTICS = ("std", "frac_abs_above", "max_abs")

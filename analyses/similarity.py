@@ -20,11 +20,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from analyses import plotting
-from analyses.linalg import cosine_matrix, mean_by_offset, upper_triangle
-from analyses.registry import register
-from analyses.results import Number, Result, Table
-from analyses.sources import ModelShape
+from analyses.toolkit import plotting
+from analyses.toolkit.linalg import cosine_matrix, mean_by_offset, upper_triangle
+from analyses.engine.registry import register
+from analyses.engine.results import Number, Result, Table
+from analyses.engine.sources import ModelShape
 
 
 def top_pairs(C: np.ndarray, n: int, by_abs: bool) -> list[tuple[int, int, float]]:

@@ -15,16 +15,16 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from analyses import plotting
-from analyses.linalg import (
+from analyses.toolkit import plotting
+from analyses.toolkit.linalg import (
     components_for,
     cosine_matrix,
     explained_variance_ratio,
     mean_by_offset,
 )
-from analyses.registry import register
-from analyses.results import Number, Result, Table
-from analyses.sources import ModelShape
+from analyses.engine.registry import register
+from analyses.engine.results import Number, Result, Table
+from analyses.engine.sources import ModelShape
 
 
 def frequencies(d_model: int, base: float = 10000.0) -> np.ndarray:

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from analyses import sources
-from analyses.sources import WEIGHTS_ENV, ModelSpec
+from analyses.engine import sources
+from analyses.engine.sources import WEIGHTS_ENV, ModelSpec
 
 TINY = {"d_model": 8, "n_ctx": 16, "n_layers": 2, "n_heads": 2, "d_vocab": 11}
 

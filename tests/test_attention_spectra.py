@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from analyses.attention_spectra import anisotropy, energy_fraction, full_matrix, input_gain
-from analyses.sources import ModelShape
+from analyses.engine.sources import ModelShape
 
 D = 48
 
@@ -27,7 +27,7 @@ def test_orthogonal_matrix_is_isotropic():
 def test_rank_r_projector_has_effective_rank_r():
     B = orthogonal(np.random.default_rng(1), D)[:, :5]
     s = np.linalg.svd(B @ B.T, compute_uv=False)
-    from analyses.linalg import effective_rank
+    from analyses.toolkit.linalg import effective_rank
 
     assert effective_rank(np.where(s > 1e-10, s, 0.0)) == pytest.approx(5.0, abs=1e-9)
     with pytest.raises(ValueError):  # a singular matrix has no finite condition number or log-volume
@@ -90,7 +90,7 @@ def test_input_gain_follows_the_norm_placement():
 
 def test_reported_layer5_query_anisotropy(gpt2_weights):
     """The reference values of the weights' README: log-volume 393.94, effective rank 535.52, κ ≈ 3.48e4."""
-    from analyses.sources import local_source
+    from analyses.engine.sources import local_source
 
     source = local_source("gpt2", gpt2_weights)
     a = anisotropy(np.linalg.svd(full_matrix(source.tensors, 5, "Q"), compute_uv=False))

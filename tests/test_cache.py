@@ -1,24 +1,35 @@
-"""The cache: freshness, invalidation, skipping, atomic replacement, byte-for-byte reruns."""
+"""The cache and the pipeline: freshness, invalidation, skipping, atomic replacement, failure paths,
+byte-for-byte reruns, and the last link (the cited files rebuilt from the verified cache)."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import stat
 
 import numpy as np
 import pytest
 import yaml
 from conftest import gpt2_config, gpt2_state_dict, write_checkpoint
 
-from analyses import registry
-from analyses.cache import Cache, Outputs, input_fingerprint
-from analyses.pipeline import Job, plan, run, select, status
-from analyses.registry import Analysis
-from analyses.results import Number, Table, spoken_list
-from analyses.sources import local_source
+from analyses.engine import index, registry
+from analyses.engine.cache import TIMINGS, Cache, Outputs, RootError, find_root
+from analyses.engine.checkpoint import WeightsError
+from analyses.engine.fingerprints import input_fingerprint, library_versions
+from analyses.engine.pipeline import Job, orphans, plan, run, select, status
+from analyses.engine.registry import Analysis, UnknownAnalysisError
+from analyses.engine.results import Number, Result, Table, spoken_list
+from analyses.engine.sources import local_source, model_spec
 
 
 def _tree(root):
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name not in (".lock", TIMINGS)}
+
+
+def _outcomes(report):
+    return [what for _, what in report.done]
 
 
 @pytest.fixture
@@ -33,8 +44,8 @@ def jobs(tiny_checkpoint):
 
 
 def test_run_writes_entries_variables_and_provenance(cache, jobs):
-    done = run(jobs, cache, progress=False)
-    assert [what.split()[0] for _, what in done] == ["ok", "ok"]
+    report = run(jobs, cache, progress=False)
+    assert [what.split()[0] for what in _outcomes(report)] == ["ok", "ok"] and report.index_written
     entry = cache.entry("tiny_gpt2", "position_matrix")
     for name in ("numbers.json", "norm_extremes.md", "norm_extremes.csv", "heatmap.svg", "heatmap.pdf",
                  "norms.svg", "norms.pdf", "status.md", "manifest.json"):
@@ -42,33 +53,57 @@ def test_run_writes_entries_variables_and_provenance(cache, jobs):
     manifest = json.loads((entry / "manifest.json").read_text())
     assert manifest["status"] == "ok" and set(manifest["outputs"]) == {
         p.name for p in entry.iterdir() if p.name != "manifest.json"}
+    assert "wall_time_s" not in manifest  # timings differ per run: kept out of committed files
+    assert set(json.loads((cache.root / TIMINGS).read_text())) == {j.label for j in jobs}
     variables = yaml.safe_load(cache.variables.read_text())
     assert variables["tiny_gpt2"]["position_matrix"]["n_positions"] == "16"
     assert variables["tiny_gpt2"]["model"]["d_model"] == "8"
-    assert "tiny_gpt2 | position_matrix | ok" in (cache.root / "provenance.md").read_text()
+    assert "| `tiny_gpt2` | `position_matrix` | ok |" in cache.provenance.read_text()
 
 
-def test_warm_run_recomputes_nothing(cache, jobs):
+def test_generated_files_get_ordinary_permissions(cache, jobs):
+    old = os.umask(0o022)
+    try:
+        run(jobs, cache, progress=False)
+    finally:
+        os.umask(old)
+    for path in (cache.variables, cache.provenance, cache.entry("tiny_gpt2", "position_matrix")):
+        assert stat.S_IMODE(path.stat().st_mode) in (0o644, 0o755), path
+
+
+def test_warm_run_recomputes_nothing_and_takes_no_lock(cache, jobs):
     run(jobs, cache, progress=False)
+    (cache.root / ".lock").unlink()
     before = _tree(cache.root)
-    assert [what for _, what in run(jobs, cache, progress=False)] == ["fresh", "fresh"]
-    assert _tree(cache.root) == before
-    assert all(reason is None for _, reason in status(jobs, cache))
+    report = run(jobs, cache, progress=False)
+    assert _outcomes(report) == ["fresh", "fresh"] and not report.wrote
+    assert _tree(cache.root) == before and not (cache.root / ".lock").exists()
+    assert status(jobs, cache).problems == 0
+
+
+def test_read_only_checkout_with_a_fresh_cache_runs_and_checks(cache, jobs, monkeypatch):
+    run(jobs, cache, progress=False)
+
+    def read_only(self):
+        raise PermissionError(13, "Permission denied", str(self.root / ".lock"))
+
+    monkeypatch.setattr(Cache, "locked", read_only)  # what opening the lock file does in a read-only tree
+    assert not run(jobs, cache, progress=False).wrote
+    assert status(jobs, cache).problems == 0
 
 
 def test_forced_rerun_is_byte_for_byte_identical(cache, jobs):
     run(jobs, cache, progress=False)
     before = _tree(cache.root)
-    assert all(what.startswith("ok (forced)") for _, what in run(jobs, cache, force=True, progress=False))
-    assert _tree(cache.root) == before  # manifests (and their wall times) untouched too
+    assert all(what.startswith("ok (forced)") for what in _outcomes(run(jobs, cache, force=True, progress=False)))
+    assert _tree(cache.root) == before  # manifests untouched too
 
 
 def test_outputs_reproduce_in_a_fresh_cache(tmp_path, jobs):
     first, second = Cache(tmp_path / "a", tmp_path / "a.yml"), Cache(tmp_path / "b", tmp_path / "b.yml")
     run(jobs, first, progress=False)
     run(jobs, second, progress=False)
-    strip = lambda tree: {k: v for k, v in tree.items() if not k.endswith(("manifest.json", "provenance.md"))}  # noqa: E731
-    assert strip(_tree(first.root)) == strip(_tree(second.root))
+    assert _tree(first.root) == _tree(second.root)
 
 
 def test_weights_change_makes_entries_stale(cache, jobs, tiny_checkpoint):
@@ -76,69 +111,86 @@ def test_weights_change_makes_entries_stale(cache, jobs, tiny_checkpoint):
     state = gpt2_state_dict(np.random.default_rng(99), with_wte=False, with_mlp=False)
     write_checkpoint(tiny_checkpoint, state, gpt2_config())
     fresh_jobs = plan([j.analysis for j in jobs], [local_source("tiny-gpt2", tiny_checkpoint)])
-    reasons = [reason for _, reason in status(fresh_jobs, cache)]
+    reasons = [reason for _, reason in status(fresh_jobs, cache).jobs]
     assert all("weights" in r for r in reasons)
     rerun = run(fresh_jobs, cache, progress=False)
-    assert all(w.startswith("ok (changed since it was computed: weights") for _, w in rerun)
+    assert all(w.startswith("ok (changed since it was computed: weights") for w in _outcomes(rerun))
 
 
-def test_parameter_and_code_change_make_entry_stale(cache, jobs):
+def test_parameter_code_and_library_changes_make_entry_stale(cache, jobs):
     run(jobs, cache, progress=False)
     job = jobs[0]
     changed = Analysis(**{**job.analysis.__dict__, "params": {**job.analysis.params, "clip_percentile": 95.0}})
-    assert "params" in status([Job(changed, job.scope, job.source)], cache)[0][1]
+    assert "params" in status([Job(changed, job.scope, job.source)], cache).jobs[0][1]
     inputs = job.inputs()
     assert cache.staleness(job.scope, job.analysis.name, {**inputs, "code": "0" * 64}) == \
         "changed since it was computed: code"
-
-
-def test_code_hash_covers_modules_the_analysis_uses():
-    analysis = select(["position_matrix"])[0]
-    used = registry._modules_used(__import__("analyses.position_matrix", fromlist=["x"]))
-    assert {"analyses.position_matrix", "analyses.plotting", "analyses.results", "analyses.sources"} <= used
-    assert "analyses.cli" not in used and len(analysis.code_hash()) == 64
+    libraries = {**inputs["libraries"], "pillow": "0.0.1"}
+    reason = cache.staleness(job.scope, job.analysis.name, {**inputs, "libraries": libraries})
+    assert reason.startswith("changed since it was computed: libraries (pillow") and "→ 0.0.1" in reason
+    python = {**inputs["libraries"], "python": "2.7.18"}
+    assert "python" in cache.staleness(job.scope, job.analysis.name, {**inputs, "libraries": python})
 
 
 def test_tampered_or_missing_output_is_stale(cache, jobs):
     run(jobs, cache, progress=False)
     entry = cache.entry("tiny_gpt2", "position_matrix")
     (entry / "numbers.json").write_text("{}")
-    assert "modified" in status(jobs, cache)[0][1]
+    assert "modified" in status(jobs, cache).jobs[0][1]
     (entry / "numbers.json").unlink()
-    assert "missing" in status(jobs, cache)[0][1]
+    assert "missing" in status(jobs, cache).jobs[0][1]
     (entry / "manifest.json").write_text("{truncated")
-    assert "no readable manifest" in status(jobs, cache)[0][1]
+    assert "no readable manifest" in status(jobs, cache).jobs[0][1]
 
 
-def test_missing_tensor_is_recorded_as_skipped_with_reason(cache, tiny_checkpoint, monkeypatch):
+def _probe_job(checkpoint, needs):
     def needs_tokens(tensors, shape):
         raise AssertionError("must not run without its tensors")
 
-    analysis = Analysis("token_probe", "Token probe", needs_tokens, needs=("W_E", "blocks.*.mlp.W_in"))
-    job = Job(analysis, "tiny_gpt2", local_source("tiny-gpt2", tiny_checkpoint))
-    monkeypatch.setattr(Job, "inputs", lambda self: input_fingerprint(self.source.fingerprint, "c" * 64, {}))
+    return Job(Analysis("token_probe", "Token probe", needs_tokens, needs=needs), "tiny_gpt2",
+               local_source("tiny-gpt2", checkpoint))
+
+
+def test_missing_tensor_is_recorded_as_skipped_with_reason(cache, tiny_checkpoint, monkeypatch):
+    job = _probe_job(tiny_checkpoint, ("W_E", "blocks.*.mlp.W_in", "tokenizer"))
+    monkeypatch.setattr(Job, "inputs", lambda self: input_fingerprint(self.source.fingerprint, "c" * 64, {},
+                                                                      library_versions()))
     run([job], cache, progress=False)
     manifest = cache.manifest("tiny_gpt2", "token_probe")
     assert manifest["status"] == "skipped"
-    assert "`W_E`, `blocks.*.mlp.W_in`" in manifest["reason"] and "substitute" in manifest["reason"]
+    assert "`tokenizer`, `W_E`, `blocks.*.mlp.W_in`" in manifest["reason"] and "substitute" in manifest["reason"]
     status_md = (cache.entry("tiny_gpt2", "token_probe") / "status.md").read_text()
     assert "callout-warning" in status_md and "W_E" in status_md
-    variables = yaml.safe_load(cache.variables.read_text())
-    assert variables["tiny_gpt2"]["token_probe"]["status"] == "skipped"
 
 
-def test_interrupted_write_leaves_previous_entry_intact(cache, jobs, monkeypatch):
+def test_interrupted_computation_leaves_previous_entry_intact(cache, jobs, monkeypatch):
     run(jobs, cache, progress=False)
     before = _tree(cache.root)
 
     def boom(*args, **kwargs):
         raise KeyboardInterrupt
 
-    job = jobs[0]
-    monkeypatch.setattr("analyses.pipeline.render", boom)  # dies mid-computation
+    monkeypatch.setattr("analyses.engine.pipeline.render", boom)  # dies mid-computation
     with pytest.raises(KeyboardInterrupt):
-        run([job], cache, force=True, progress=False)
-    assert _tree(cache.root) == before
+        run([jobs[0]], cache, force=True, progress=False)
+    assert _tree(cache.root) == before and not cache.leftovers()
+
+
+def test_full_disk_while_writing_removes_the_temporary_entry(cache, jobs, monkeypatch):
+    run(jobs, cache, progress=False)
+    before = _tree(cache.root)
+    real = type(cache.root).write_bytes
+
+    def full(self, data):
+        if self.name.endswith(".pdf"):
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        return real(self, data)
+
+    monkeypatch.setattr(type(cache.root), "write_bytes", full)
+    changed = Analysis(**{**jobs[0].analysis.__dict__, "params": {**jobs[0].analysis.params, "clip_percentile": 90.0}})
+    with pytest.raises(OSError, match="No space"):
+        run([Job(changed, jobs[0].scope, jobs[0].source)], cache, progress=False)
+    assert _tree(cache.root) == before and not cache.leftovers()
 
 
 def test_crash_between_the_two_renames_is_rolled_back(cache, jobs):
@@ -148,16 +200,15 @@ def test_crash_between_the_two_renames_is_rolled_back(cache, jobs):
     # state after the old entry was moved aside and before the new one was moved in
     entry.rename(entry.parent / ".old-position_matrix")
     (entry.parent / ".new-position_matrix.abc").mkdir()
-    with cache.locked():
-        pass
-    assert _tree(entry) == before
-    assert not list(entry.parent.glob(".new-*")) and not list(entry.parent.glob(".old-*"))
+    assert len(cache.leftovers()) == 2 and "not computed yet" in status(jobs, cache).jobs[0][1]
+    assert _outcomes(run(jobs, cache, progress=False)) == ["fresh", "fresh"]  # restored under the lock
+    assert _tree(entry) == before and not cache.leftovers()
 
 
 def test_write_replaces_whole_entry(cache):
     outputs = Outputs()
     outputs.add_text("a.md", "one")
-    inputs = input_fingerprint(None, "c" * 64, {})
+    inputs = input_fingerprint(None, "c" * 64, {}, library_versions())
     manifest = {"status": "ok", "reason": None, "input": inputs, "shape": None}
     assert cache.write("common", "x", manifest, outputs)
     outputs = Outputs()
@@ -165,6 +216,130 @@ def test_write_replaces_whole_entry(cache):
     assert cache.write("common", "x", manifest, outputs)
     assert sorted(p.name for p in cache.entry("common", "x").iterdir()) == ["b.md", "manifest.json"]
     assert not cache.write("common", "x", manifest, outputs)  # identical: untouched
+
+
+# ---------------------------------------------------------------------------
+# The last link: _variables.yml and provenance.md
+
+
+def test_hand_edited_variable_is_named_by_status_and_restored_by_run(cache, jobs):
+    run(jobs, cache, progress=False)
+    text = cache.variables.read_text()
+    cache.variables.write_text(text.replace("n_positions: '16'", "n_positions: '17'"))
+    problems = status(jobs, cache).index_problems
+    assert problems == ["_variables.yml has tiny_gpt2.position_matrix.n_positions = '17', the cache says '16'"]
+    report = run(jobs, cache, progress=False)
+    assert report.index_written and cache.variables.read_text() == text
+
+
+def test_kill_after_the_swap_before_the_index_is_caught_and_repaired(cache, jobs, monkeypatch):
+    run(jobs, cache, progress=False)
+    write = index.write
+
+    def killed(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(index, "write", killed)
+    changed = Analysis(**{**jobs[0].analysis.__dict__,
+                          "params": {**jobs[0].analysis.params, "clip_percentile": 90.0}})
+    new_jobs = [Job(changed, jobs[0].scope, jobs[0].source), jobs[1]]
+    with pytest.raises(KeyboardInterrupt):
+        run(new_jobs, cache, progress=False)  # the entry is swapped in, the index is not
+    problems = status(new_jobs, cache).index_problems
+    assert any("tiny_gpt2.position_matrix.clip_percentile" in p for p in problems)
+    monkeypatch.setattr(index, "write", write)
+    assert run(new_jobs, cache, progress=False).index_written
+    report = status(new_jobs, cache)
+    assert report.problems == 0, (report.jobs, report.index_problems)
+
+
+def test_orphaned_entry_is_not_cited_listed_and_pruned(cache, jobs):
+    run(jobs, cache, progress=False)
+    orphan = cache.entry("tiny_gpt2", "retired_analysis")
+    orphan.mkdir()
+    (orphan / "numbers.json").write_text('{"x": {"value": 1, "text": "1", "description": ""}}')
+    (orphan / "manifest.json").write_text(json.dumps({"status": "ok", "input": {"code": "0"}, "outputs": {}}))
+    report = status(jobs, cache)
+    assert report.orphans == [("tiny_gpt2", "retired_analysis")]
+    assert "retired_analysis" not in cache.variables.read_text()
+    assert run(jobs, cache, progress=False).pruned == [] and orphan.is_dir()  # only --prune removes
+    assert run(jobs, cache, prune=True, progress=False).pruned == [("tiny_gpt2", "retired_analysis")]
+    assert not orphan.exists() and status(jobs, cache).problems == 0
+
+
+def test_an_analysis_in_the_wrong_kind_of_scope_is_an_orphan(cache):
+    (cache.root / "common" / "position_matrix").mkdir(parents=True)
+    (cache.root / "gpt2" / "thin_shell").mkdir(parents=True)
+    (cache.root / model_spec("gpt2").slug / "similarity").mkdir(parents=True)
+    assert orphans(cache) == [("common", "position_matrix"), ("gpt2", "thin_shell")]
+
+
+def test_variables_cite_only_verified_entries(cache, jobs):
+    run(jobs, cache, progress=False)
+    (cache.entry("tiny_gpt2", "position_matrix") / "norms.svg").write_text("<svg/>")
+    fresh = index.build(cache, cache.entries())
+    assert "position_matrix" not in fresh.variables and "checkpoint_inventory" in fresh.variables
+    assert any("no verified cache entry" in p for p in status(jobs, cache).index_problems)
+
+
+def test_stale_weights_block_a_run_when_the_weights_are_unavailable(cache, jobs):
+    run(jobs, cache, progress=False)
+    unavailable = plan([j.analysis for j in jobs], [model_spec("tiny-gpt2")])
+    assert all(reason is None for _, reason in status(unavailable, cache).jobs)
+    assert [j.label for j in status(unavailable, cache).unverified] == [j.label for j in jobs]
+    assert not run(unavailable, cache, progress=False).wrote  # fresh but for the weights: kept
+    changed = Analysis(**{**jobs[0].analysis.__dict__, "params": {"clip_percentile": 50.0, "n_extremes": 1}})
+    with pytest.raises(WeightsError, match="weights are unavailable: tiny_gpt2/position_matrix"):
+        run([Job(changed, "tiny_gpt2", None, "tiny-gpt2")], cache, progress=False)
+
+
+def test_cache_root_is_the_repository_never_the_package(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    (repo / "report").mkdir(parents=True)
+    (repo / "_quarto.yml").write_text("project: {type: book}\n")
+    (repo / "report" / "deep").mkdir()
+    assert find_root(repo / "report" / "deep") == repo
+    assert Cache.at(repo).root == repo / "report" / "_cache"
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RootError, match="--root"):
+        find_root()
+
+
+# ---------------------------------------------------------------------------
+# Registry and result types
+
+
+def test_code_hash_covers_modules_the_analysis_uses():
+    analysis = select(["position_matrix"])[0]
+    used = registry.modules_hashed("analyses.position_matrix")
+    assert {"analyses.position_matrix", "analyses.toolkit.plotting", "analyses.engine.results",
+            "analyses.engine.sources"} <= used
+    assert {"analyses.engine.cache", "analyses.engine.pipeline", "analyses.engine.index"} <= used  # shape bytes
+    assert "analyses.engine.cli" not in used and "analyses.similarity" not in used
+    assert len(analysis.code_hash()) == 64
+
+
+def test_code_hash_changes_with_a_used_module_and_not_with_an_unrelated_one(monkeypatch):
+    analysis = select(["position_matrix"])[0]
+    before = analysis.code_hash()
+    original = registry._source
+
+    def edited(target):
+        return lambda name: original(name) + ("# an edit\n" if name == target else "")
+
+    for target, changes in (("analyses.toolkit.plotting", True), ("analyses.engine.cache", True),
+                            ("analyses.similarity", False), ("analyses.engine.cli", False)):
+        monkeypatch.setattr(registry, "_source", edited(target))
+        assert (analysis.code_hash() != before) == changes, target
+    monkeypatch.setattr(registry, "_source", original)
+    assert analysis.code_hash() == before
+
+
+def test_topics_are_found_by_where_they_live():
+    topics = registry.topic_modules()
+    assert "analyses.position_matrix" in topics and "analyses.similarity" in topics
+    assert not [t for t in topics if t.startswith(("analyses.engine", "analyses.toolkit", "analyses._"))]
+    assert {a.module for a in select()} <= set(topics)
 
 
 def test_result_types_validate_and_format():
@@ -183,8 +358,16 @@ def test_result_types_validate_and_format():
         Table(("a", "b"), [(1,)])
 
 
+def test_non_finite_numbers_are_refused():
+    with pytest.raises(ValueError, match="finite"):
+        Number(float("nan"))
+    with pytest.raises(ValueError, match="finite"):
+        Number(float("inf"), ".2f")
+    assert Result().numbers == {}
+
+
 def test_unknown_analysis_name_is_an_error():
-    with pytest.raises(KeyError, match="unknown analysis nope"):
+    with pytest.raises(UnknownAnalysisError, match="unknown analysis nope"):
         select(["nope"])
 
 

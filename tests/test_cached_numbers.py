@@ -13,14 +13,15 @@ import io
 import json
 import math
 import os
+from pathlib import Path
 
 import pytest
 
-from analyses.cache import COMMON, Cache
-from analyses.pipeline import Job, plan, select, status
-from analyses.sources import REPORT_MODELS, WEIGHTS_ENV, model_spec, open_source
+from analyses.engine.cache import COMMON, Cache
+from analyses.engine.pipeline import Job, plan, select, status
+from analyses.engine.sources import REPORT_MODELS, WEIGHTS_ENV, model_spec, open_source
 
-CACHE = Cache()
+CACHE = Cache.at(Path(__file__).resolve().parents[1])
 ANALYSES = select()
 SCOPES = [model_spec(m).slug for m in REPORT_MODELS]
 CASES = [(scope, a.name) for scope in SCOPES for a in ANALYSES if a.scope == "model"] + [
@@ -81,13 +82,16 @@ def test_cached_result_equals_recomputation(scope, name):
                 table_name, got, want)
 
 
-def test_cache_is_fresh_for_the_current_code():
-    """Every cached result was computed by the code in this checkout (weights checked when available)."""
+def test_cache_and_cited_files_are_fresh_for_the_current_code():
+    """Every cached result was computed by the code in this checkout (weights checked when available), no
+    entry is orphaned, and _variables.yml and provenance.md are exactly what the verified cache rebuilds."""
     sources = []
     for model in REPORT_MODELS:
         try:
             sources.append(open_source(model))
         except Exception:  # weights unavailable: check everything but the weights
             sources.append(model_spec(model))
-    stale = [f"{job.label}: {reason}" for job, reason in status(plan(ANALYSES, sources), CACHE) if reason]
-    assert not stale, "stale cache; run `python -m analyses run`:\n" + "\n".join(stale)
+    report = status(plan(ANALYSES, sources), CACHE)
+    problems = [f"{job.label}: {reason}" for job, reason in report.jobs if reason]
+    problems += [f"orphaned entry {scope}/{name}" for scope, name in report.orphans] + report.index_problems
+    assert not problems, "stale cache; run `python -m analyses run --prune`:\n" + "\n".join(problems)

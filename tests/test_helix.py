@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from analyses.helix import axial_rise, extrapolation_error, fit_sinusoid, helix, helix_3d_html, phase_turns
-from analyses.sources import ModelShape
+from analyses.engine.sources import ModelShape
 
 HELIX = {"n_components": 3, "edge": 50, "window": 4, "fft_pad": 16, "n_outliers": 3}
 SHAPE = ModelShape("toy helix", "gpt2", 32, 1000, 1, 1, 1, 1, "pre")

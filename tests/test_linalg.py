@@ -7,7 +7,7 @@ import pytest
 from scipy.linalg import toeplitz
 from scipy.stats import ortho_group
 
-from analyses.linalg import (components_for, cosine_matrix, effective_rank, explained_variance_ratio,
+from analyses.toolkit.linalg import (components_for, cosine_matrix, effective_rank, explained_variance_ratio,
                              mean_by_offset, top_right_singular_vectors, upper_triangle)
 
 

@@ -13,7 +13,7 @@ from analyses.shuffle_nulls import (
     shuffle_nulls,
     similarity_statistics,
 )
-from analyses.sources import ModelShape
+from analyses.engine.sources import ModelShape
 
 SHAPE = ModelShape("constructed", "gpt2", 24, 48, 1, 1, 1, 4, "pre")
 PARAMS = {"n_draws": 200, "seed": 3, "threshold": 0.5, "bins": 40}

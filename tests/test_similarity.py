@@ -13,7 +13,7 @@ from analyses.similarity import (
     similarity,
     top_pairs,
 )
-from analyses.sources import ModelShape
+from analyses.engine.sources import ModelShape
 
 SHAPE = ModelShape("constructed", "gpt2", 16, 128, 1, 1, 1, 4, "pre")
 PARAMS = {"threshold": 0.5, "n_top": 5, "trajectory_ranks": (1, 2, 10), "smooth_window": 5,
@@ -122,8 +122,8 @@ def test_similarity_is_deterministic_under_its_seed():
 
 def test_real_gpt2_top_pair_matches_the_checkpoint_readme(gpt2_weights):
     """README of the offline checkpoint: largest off-diagonal cosine between dimensions is 0.9919 at (356, 528)."""
-    from analyses.registry import all_analyses
-    from analyses.sources import open_source
+    from analyses.engine.registry import all_analyses
+    from analyses.engine.sources import open_source
 
     source = open_source("gpt2", gpt2_weights)
     result = all_analyses()["similarity"].run(source.tensors, source.shape)

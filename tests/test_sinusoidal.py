@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analyses.linalg import cosine_matrix, mean_by_offset
+from analyses.toolkit.linalg import cosine_matrix, mean_by_offset
 from analyses.sinusoidal import (
     encode,
     frequencies,

@@ -10,9 +10,9 @@ import pytest
 from conftest import gpt2_config, gpt2_state_dict, write_checkpoint
 from safetensors.numpy import save_file
 
-from analyses.checkpoint import WeightsError, read_header, sha256_file
-from analyses.sources import (hub_source, local_source, model_spec, open_source, package_source,
-                              shape_from_config)
+from analyses.engine.checkpoint import WeightsError, read_header, sha256_file
+from analyses.engine.sources import (hub_source, local_source, model_spec, open_source, package_source,
+                                     shape_from_config)
 
 
 def test_gpt2_canonical_layout_matches_conv1d_slices(tmp_path, tiny_model):
@@ -44,7 +44,7 @@ def test_tensors_are_read_only_and_missing_ones_are_absent(tiny_checkpoint):
 
 
 def test_bert_canonical_layout_transposes_linear_weights(tmp_path, monkeypatch):
-    from analyses import sources
+    from analyses.engine import sources
 
     spec = sources.ModelSpec("tiny-bert", "tiny_bert", None, None,
                              {"family": "bert", "d_model": 4, "n_layers": 1, "n_heads": 2, "n_ctx": 6})
@@ -205,3 +205,122 @@ def test_header_entry_with_wrong_size_is_corruption(tmp_path):
     path.write_bytes(data[:8] + raw + data[8 + n:])
     with pytest.raises(WeightsError, match="corrupted"):
         read_header(path)
+
+
+# ---------------------------------------------------------------------------
+# Validation: shapes implied by the config, finite values, well-formed configs
+
+
+@pytest.mark.parametrize("wpe_shape", [(16, 4), (12, 8)])
+def test_tensor_of_the_wrong_shape_is_refused(tmp_path, tiny_model, wpe_shape):
+    state = gpt2_state_dict(np.random.default_rng(0), with_wte=False, with_mlp=False)
+    state["wpe.weight"] = np.ones(wpe_shape, np.float32)
+    src = local_source("tiny-gpt2", write_checkpoint(tmp_path / "m", state, gpt2_config()))
+    with pytest.raises(WeightsError, match=rf"'wpe.weight' has shape \[{wpe_shape[0]}, {wpe_shape[1]}\], "
+                                           r"but the config of tiny-gpt2 implies \[16, 8\]"):
+        src.tensors
+
+
+def test_attention_matrix_of_the_wrong_shape_is_refused(tmp_path, tiny_model):
+    state = gpt2_state_dict(np.random.default_rng(0), with_wte=False, with_mlp=False)
+    state["h.1.attn.c_attn.weight"] = np.ones((8, 16), np.float32)
+    src = local_source("tiny-gpt2", write_checkpoint(tmp_path / "m", state, gpt2_config()))
+    with pytest.raises(WeightsError, match=r"'h.1.attn.c_attn.weight' has shape \[8, 16\].*implies \[8, 24\]"):
+        src.tensors
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_values_are_refused_when_loaded(tmp_path, tiny_model, bad):
+    state = gpt2_state_dict(np.random.default_rng(0), with_wte=False, with_mlp=False)
+    state["wpe.weight"][3, 5] = bad
+    src = local_source("tiny-gpt2", write_checkpoint(tmp_path / "m", state, gpt2_config()))
+    np.testing.assert_array_equal(src.tensors["blocks.0.ln1.w"], state["h.0.ln_1.weight"])  # others still load
+    with pytest.raises(WeightsError, match=r"tensor 'wpe.weight' holds 1 non-finite values \(NaN or inf\)"):
+        src.tensors["W_pos"]
+
+
+@pytest.mark.parametrize("config, message", [
+    ([1, 2, 3], "must hold a JSON object, not a list"),
+    ({k: v for k, v in gpt2_config().items() if k != "n_embd"}, "lacks the key 'n_embd'"),
+    ({**gpt2_config(), "n_embd": "8"}, "'n_embd' must be a positive integer, got \"8\""),
+    ({**gpt2_config(), "n_head": 0}, "'n_head' must be a positive integer, got 0"),
+    ({**gpt2_config(), "n_head": 3}, "not divisible by n_head=3"),
+    ({**gpt2_config(), "layer_norm_epsilon": "tiny"}, "'layer_norm_epsilon' must be a positive number"),
+])
+def test_bad_config_is_a_weights_error_naming_file_and_key(tiny_checkpoint, config, message):
+    (tiny_checkpoint / "config.json").write_text(json.dumps(config))
+    with pytest.raises(WeightsError, match="config.json") as error:
+        local_source("tiny-gpt2", tiny_checkpoint).shape
+    assert message in str(error.value)
+
+
+def test_config_epsilon_and_defaults_are_read():
+    shape = shape_from_config("x", {**gpt2_config(), "layer_norm_epsilon": 1e-6})
+    assert (shape.ln_eps, shape.d_mlp, shape.n_token_types) == (1e-6, 32, 0)
+    bert = shape_from_config("y", {"model_type": "bert", "hidden_size": 4, "max_position_embeddings": 6,
+                                   "num_hidden_layers": 1, "num_attention_heads": 2, "vocab_size": 9,
+                                   "intermediate_size": 16})
+    assert (bert.ln_eps, bert.n_token_types) == (1e-12, 2)  # transformers' BertConfig defaults
+
+
+# ---------------------------------------------------------------------------
+# The token subspace: from W_E when present, else from a saved PCA of it
+
+
+def _sklearn_style_pca(E: np.ndarray, k: int) -> np.ndarray:
+    """What `PCA(k).fit_transform(E.T)` returns: the dimensions are samples and each token (a feature) is
+    centred over them, so T = U_k S_k for E_cᵀ = U S Vᵀ, E_c = E − (row means)."""
+    X = E.T - E.T.mean(axis=0)
+    U, S, _ = np.linalg.svd(X, full_matrices=False)
+    return (U[:, :k] * S[:k]).astype(np.float32)
+
+
+def test_token_subspace_from_w_e_and_from_a_derived_pca_agree(tmp_path, tiny_model):
+    rng = np.random.default_rng(5)
+    state = gpt2_state_dict(rng, d_vocab=11, with_wte=True, with_mlp=False)
+    state["wte.weight"] = (rng.standard_normal((11, 8)) * np.linspace(3, 0.2, 8)).astype(np.float32)
+    full = local_source("tiny-gpt2", write_checkpoint(tmp_path / "full", state, gpt2_config()))
+    S, V = full.tensors["E_centred.S"], full.tensors["E_centred.V"]
+    assert "computed from the full token embeddings" in full.tensors.origin("E_centred.V")
+    np.testing.assert_allclose(V.T @ V, np.eye(8), atol=1e-10)
+    E = state["wte.weight"].astype(np.float64)
+    centred = E - E.mean(axis=1, keepdims=True)
+    # through the Gram matrix: exact to about √ε·σ_max (centring makes the last value exactly zero)
+    np.testing.assert_allclose(S, np.linalg.svd(centred, compute_uv=False), rtol=1e-10, atol=1e-6)
+
+    partial = {k: v for k, v in state.items() if k != "wte.weight"}
+    directory = write_checkpoint(tmp_path / "partial", partial, gpt2_config())
+    (directory / "derived").mkdir()
+    np.save(directory / "derived" / "wte_pca500_a.npy", _sklearn_style_pca(E, 5))
+    derived = local_source("tiny-gpt2", directory)
+    assert "W_E" not in derived.tensors and derived.tensors.missing(("E_centred.V",)) == []
+    assert "rank-5 PCA" in derived.tensors.origin("E_centred.V")
+    np.testing.assert_allclose(derived.tensors["E_centred.S"], S[:5], rtol=1e-5)
+    np.testing.assert_allclose(derived.tensors["E_centred.V"], V[:, :5], atol=1e-5)  # same sign convention
+    assert "derived/wte_pca500_a.npy" in derived.fingerprint_for(("E_centred.V",))
+    assert "derived/wte_pca500_a.npy" not in derived.fingerprint_for(("W_pos",))
+
+
+def test_token_subspace_is_missing_without_w_e_or_a_derived_file(tiny_checkpoint):
+    src = local_source("tiny-gpt2", tiny_checkpoint)
+    assert src.missing(("E_centred.V", "W_pos")) == ["E_centred.V"]
+    assert "E_centred.V" not in src.tensors
+
+
+def test_a_derived_file_that_is_not_a_pca_is_refused(tiny_checkpoint):
+    (tiny_checkpoint / "derived").mkdir()
+    np.save(tiny_checkpoint / "derived" / "wte_pca500_a.npy", np.ones((8, 3), np.float32))
+    with pytest.raises(WeightsError, match="not orthogonal"):
+        local_source("tiny-gpt2", tiny_checkpoint).tensors["E_centred.V"]
+    np.save(tiny_checkpoint / "derived" / "wte_pca500_a.npy", np.ones((7, 3), np.float32))
+    with pytest.raises(WeightsError, match=r"has shape \[7, 3\]"):
+        local_source("tiny-gpt2", tiny_checkpoint).tensors["E_centred.V"]
+
+
+def test_real_gpt2_token_subspace_comes_from_the_derived_pca(gpt2_weights):
+    src = open_source("gpt2", gpt2_weights)
+    S, V = src.tensors["E_centred.S"], src.tensors["E_centred.V"]
+    assert V.shape == (768, 500) and np.all(np.diff(S) <= 0)
+    replicate = src.tensors.replicate_token_subspace()
+    assert replicate is not None
+    np.testing.assert_allclose(replicate[0][:100], S[:100], rtol=1e-4)  # README: top 100 agree to 1e-5

@@ -28,7 +28,7 @@ def timed_run(args: list[str]) -> tuple[float, float]:
 
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="analyses-bench-") as tmp:
-        args = ["--cache-dir", tmp]
+        args = ["--root", tmp]
         cold = timed_run(args)
         warm = timed_run(args)
     print(f"{'run':6s} {'wall (s)':>9s} {'peak RSS (MB)':>14s}")

@@ -20,8 +20,6 @@ def format_value(value: float | int, fmt: str) -> str:
 
     Negative numbers use an ASCII hyphen-minus so they survive HTML and LaTeX alike.
     """
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
     if fmt.startswith("sci"):
         digits = int(fmt[3:] or 2)
         mantissa, exponent = f"{value:.{digits}e}".split("e")
@@ -41,6 +39,8 @@ class Number:
         value = self.value.item() if isinstance(self.value, np.generic) else self.value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"Number needs an int or float, got {type(self.value).__name__}")
+        if not math.isfinite(value):
+            raise ValueError(f"a cited number must be finite, got {value} ({self.description or 'no description'})")
         object.__setattr__(self, "value", value)
         format_value(value, self.fmt)  # fail early on a bad format
 

@@ -64,6 +64,14 @@ def read_header(path: Path) -> dict[str, dict]:
     return header
 
 
+def finite_or_raise(array: np.ndarray, what: str) -> np.ndarray:
+    """`array` itself when every value is finite; otherwise a WeightsError that says how many are NaN or inf."""
+    bad = array.size - int(np.count_nonzero(np.isfinite(array)))
+    if bad:
+        raise WeightsError(f"{what} holds {bad} non-finite values (NaN or inf) of {array.size}")
+    return array
+
+
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     """Hex sha256 of a file, read in chunks."""
     digest = hashlib.sha256()

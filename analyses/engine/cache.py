@@ -1,0 +1,265 @@
+"""The results cache that the report embeds, with fingerprints that say when it is stale.
+
+Layout (committed, so the report renders without weights), under the repository root::
+
+    report/_cache/<scope>/<analysis>/
+        manifest.json     input fingerprint, outputs with their sha256, status
+        numbers.json      every cited number: raw value, formatted text, description
+        <table>.md/.csv   tables to embed, and at full precision for reviewers
+        <figure>.svg/.pdf figures for the web and for print
+        status.md         a provenance line, or the reason the analysis was skipped
+    report/_cache/provenance.md   one table of every cached result       (see `engine.index`)
+    _variables.yml                the formatted numbers, for {{< var scope.analysis.key >}}
+    report/_cache/.timings.json   wall time of each computation (not committed: it differs per run)
+
+`scope` is a model's slug (``gpt2``, ``minilm``) or ``common`` for analyses that
+need no weights. An entry is replaced as a whole: written to a temporary
+directory, then swapped in by two renames; an interrupted swap is rolled back and
+temporaries are removed on the next write, and a failed write removes its own.
+Nothing takes the write lock unless it is about to write, so a read-only checkout
+whose cache is fresh can be checked and rendered.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from analyses.engine.fingerprints import changed_libraries
+from analyses.engine.results import Result
+
+COMMON = "common"
+CACHE_DIR = Path("report") / "_cache"
+VARIABLES = "_variables.yml"
+TIMINGS = ".timings.json"
+ROOT_MARKERS = ("_quarto.yml", "report")
+
+
+class RootError(RuntimeError):
+    """No report repository where the cache could live."""
+
+
+def find_root(start: Path | str | None = None) -> Path:
+    """The report repository containing `start` (default: the working directory): the nearest directory
+    upwards that holds both `_quarto.yml` and `report/`. Never the installed package's location."""
+    here = Path(start or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / ROOT_MARKERS[0]).is_file() and (candidate / ROOT_MARKERS[1]).is_dir():
+            return candidate
+    raise RootError(f"{here} is not inside the report's repository (no _quarto.yml with a report/ folder "
+                    "beside it); run from the repository or pass --root DIR")
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write a file so that readers see the old content or the new, never a partial one.
+
+    The file gets the permissions of any newly created file (0666 less the umask), not mkstemp's 0600.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass
+class Outputs:
+    """The files of one cache entry, as bytes, before they are written."""
+
+    files: dict[str, bytes] = field(default_factory=dict)
+
+    def add_text(self, name: str, text: str) -> None:
+        self.files[name] = text.encode()
+
+    def add_json(self, name: str, obj) -> None:
+        self.add_text(name, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def result_outputs(result: Result, figures: dict[str, dict[str, bytes]], files: dict[str, str]) -> Outputs:
+    """Serialise a result: numbers.json, each table as .md and .csv, each figure in every format."""
+    out = Outputs()
+    out.add_json("numbers.json", {k: {"value": n.value, "text": n.text, "description": n.description}
+                                  for k, n in result.numbers.items()})
+    for name, table in result.tables.items():
+        out.add_text(f"{name}.md", table.to_markdown())
+        out.add_text(f"{name}.csv", table.to_csv())
+    for name, rendered in figures.items():
+        for ext, data in rendered.items():
+            out.files[f"{name}.{ext}"] = data
+    for name, text in files.items():
+        out.add_text(name, text)
+    return out
+
+
+class Cache:
+    """Reads and writes cache entries under `root`, and the variables file the report cites."""
+
+    def __init__(self, root: Path, variables: Path):
+        self.root, self.variables = Path(root), Path(variables)
+
+    @classmethod
+    def at(cls, repository: Path) -> Cache:
+        """The cache of a report repository: report/_cache and _variables.yml under it."""
+        return cls(Path(repository) / CACHE_DIR, Path(repository) / VARIABLES)
+
+    @property
+    def provenance(self) -> Path:
+        return self.root / "provenance.md"
+
+    def entry(self, scope: str, name: str) -> Path:
+        return self.root / scope / name
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the cache's write lock (one writer at a time), rolling back any interrupted swap first."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                self.recover()
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _scopes(self) -> list[Path]:
+        return sorted(p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")) \
+            if self.root.is_dir() else []
+
+    def leftovers(self) -> list[Path]:
+        """Temporary or displaced entries that an interrupted write left behind."""
+        return [p for scope in self._scopes() for pattern in (".new-*", ".old-*") for p in scope.glob(pattern)]
+
+    def recover(self) -> None:
+        """Undo what an interrupted write left: restore a displaced entry, drop temporary ones."""
+        for path in self.leftovers():
+            if path.name.startswith(".new-"):
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            final = path.parent / path.name[len(".old-"):]
+            if final.exists():
+                shutil.rmtree(path)
+            else:
+                path.rename(final)
+
+    def manifest(self, scope: str, name: str) -> dict | None:
+        """The entry's manifest, or None when it is missing or unreadable."""
+        path = self.entry(scope, name) / "manifest.json"
+        try:
+            manifest = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return None
+        return manifest if isinstance(manifest, dict) else None
+
+    def unverifiable(self, scope: str, name: str) -> str | None:
+        """Why the entry's files cannot be trusted as written (a sentence), or None when each output
+        matches the sha256 its manifest recorded."""
+        manifest = self.manifest(scope, name)
+        if manifest is None:
+            return "not computed yet (no readable manifest)"
+        outputs = manifest.get("outputs")
+        if not isinstance(outputs, dict):
+            return "its manifest lists no outputs"
+        directory = self.entry(scope, name)
+        for file, digest in outputs.items():
+            path = directory / file
+            if not path.is_file():
+                return f"output {file} is missing"
+            if _sha(path.read_bytes()) != digest:
+                return f"output {file} was modified after it was written"
+        return None
+
+    def staleness(self, scope: str, name: str, inputs: dict, check_weights: bool = True) -> str | None:
+        """Why the entry does not match `inputs` (a sentence), or None when it is fresh.
+
+        With check_weights=False the weights are taken on trust (they may be unavailable).
+        """
+        manifest = self.manifest(scope, name)
+        if manifest is None:
+            return "not computed yet (no readable manifest)"
+        old = manifest.get("input", {})
+        changed = [k for k in ("code", "params", "format") if old.get(k) != inputs.get(k)]
+        if check_weights and old.get("weights") != inputs.get("weights"):
+            changed.insert(0, "weights")
+        libraries = changed_libraries(old.get("libraries"), inputs.get("libraries", {}))
+        if libraries:
+            changed.append("libraries (" + ", ".join(libraries[:3]) + (", …" if len(libraries) > 3 else "") + ")")
+        if changed:
+            return "changed since it was computed: " + ", ".join(changed)
+        return self.unverifiable(scope, name)
+
+    def write(self, scope: str, name: str, manifest: dict, outputs: Outputs) -> bool:
+        """Replace the entry with `outputs` and `manifest`; returns False when nothing changed.
+
+        If the outputs and inputs equal what is cached, the entry is left untouched, so a forced
+        rerun leaves no diff. On any failure (a full disk, an interrupt) the temporary directory is
+        removed and the previous entry stays in place.
+        """
+        outputs.files.pop("manifest.json", None)
+        manifest = {**manifest, "outputs": {f: _sha(d) for f, d in sorted(outputs.files.items())}}
+        if self.manifest(scope, name) == manifest and self.unverifiable(scope, name) is None:
+            return False
+        final = self.entry(scope, name)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        new = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".new-{name}."))
+        displaced = final.parent / f".old-{name}"
+        try:
+            new.chmod(0o777 & ~_umask())
+            for file, data in outputs.files.items():
+                (new / file).write_bytes(data)
+            (new / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+            if final.exists():
+                final.rename(displaced)
+            new.rename(final)
+        except BaseException:
+            shutil.rmtree(new, ignore_errors=True)
+            if displaced.exists() and not final.exists():
+                displaced.rename(final)
+            raise
+        shutil.rmtree(displaced, ignore_errors=True)
+        return True
+
+    def entries(self) -> list[tuple[str, str]]:
+        """(scope, analysis) of every entry directory on disk, in a stable order."""
+        return [(scope.name, entry.name) for scope in self._scopes()
+                for entry in sorted(scope.iterdir()) if entry.is_dir() and not entry.name.startswith(".")]
+
+    def remove(self, scope: str, name: str) -> None:
+        """Delete one entry (and its scope folder when that leaves it empty)."""
+        shutil.rmtree(self.entry(scope, name))
+        if not any(self.root.joinpath(scope).iterdir()):
+            self.root.joinpath(scope).rmdir()
+
+    def record_timings(self, seconds: dict[str, float]) -> None:
+        """Merge `{scope/analysis: wall seconds}` into the uncommitted timings file."""
+        path = self.root / TIMINGS
+        try:
+            timings = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            timings = {}
+        timings.update({k: round(v, 3) for k, v in seconds.items()})
+        atomic_write(path, (json.dumps(dict(sorted(timings.items())), indent=2) + "\n").encode())

@@ -1,0 +1,159 @@
+"""Command line: `python -m analyses {run,list,status,bench}`.
+
+    run [NAMES…] [--model M]… [--weights DIR] [--force] [--prune]   compute what is stale, rebuild the cited files
+    list [NAMES…] [--model M]…                                      analyses, what they need, cached status
+    status [NAMES…] [--model M]… [--weights DIR]                    check the cache and the cited files
+    bench                                                           time a cold and a warm run, peak memory
+
+Models default to the report's (gpt2 and all-MiniLM-L6-v2). GPT-2's weights come from
+--weights DIR, else $GPT2_WEIGHTS, else the Hugging Face hub. The cache lives in the
+repository that contains the working directory (or --root DIR).
+
+Exit codes: 0 done, or everything fresh; 1 (status) something is stale, orphaned or cited
+wrongly; 2 a usage or input error (unknown model or analysis, unusable weights, no
+repository); 3 (status) fresh as far as it could be checked, but some model's weights were
+unavailable, so their fingerprints were not checked; 4 an operating-system error (disk full,
+read-only files, permissions); 130 interrupted. Every error is one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from analyses.engine.cache import Cache, RootError, find_root
+from analyses.engine.checkpoint import WeightsError
+from analyses.engine.registry import UnknownAnalysisError
+from analyses.engine.sources import REPORT_MODELS, WEIGHTS_ENV, model_spec, open_source
+
+EXIT_STALE, EXIT_USAGE, EXIT_UNVERIFIED, EXIT_OS, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line."""
+
+    def error(self, message: str):
+        print(f"error: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m analyses", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--model", action="append", metavar="M",
+                        help=f"model name (repeatable); default: {', '.join(REPORT_MODELS)}")
+    common.add_argument("--weights", type=Path, metavar="DIR",
+                        help=f"local directory with the model's weights (for gpt2 also ${WEIGHTS_ENV})")
+    common.add_argument("--root", type=Path, metavar="DIR",
+                        help="the report repository whose report/_cache and _variables.yml to use "
+                             "(default: the one containing the working directory)")
+    common.add_argument("names", nargs="*", help="analyses (default: all)")
+    run = sub.add_parser("run", parents=[common], help="compute stale analyses and rebuild the cited files")
+    run.add_argument("--force", action="store_true", help="recompute even when the cache is fresh")
+    run.add_argument("--prune", action="store_true", help="remove cache entries that no analysis owns")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    sub.add_parser("list", parents=[common], help="list analyses, their needs and cached status")
+    sub.add_parser("status", parents=[common], help="exit non-zero unless the cache and the cited files are fresh")
+    sub.add_parser("bench", help="time a cold and a warm run of every analysis, with peak memory")
+    return parser
+
+
+def _cache(args) -> Cache:
+    return Cache.at(args.root if args.root is not None else find_root())
+
+
+def _jobs(args):
+    """Plan jobs. A model whose weights are unavailable without being asked for explicitly is planned
+    without them (and named in the warnings); weights named with --weights must open."""
+    from analyses.engine.pipeline import plan, select
+
+    analyses = select(args.names)
+    models = args.model or list(REPORT_MODELS)
+    if args.weights is not None and len(models) != 1:
+        raise WeightsError("--weights names one directory: choose the model it holds with --model")
+    sources, warnings = [], []
+    for model in models:
+        try:
+            source = open_source(model, args.weights)
+            source.shape, source.fingerprint, source.tensors  # fail now, with one clear message
+            sources.append(source)
+        except WeightsError as exc:
+            if args.weights is not None or model_spec(model).package:
+                raise
+            warnings.append(f"{model}: weights unavailable, checked without them ({exc})")
+            sources.append(model_spec(model))
+    return plan(analyses, sources), warnings
+
+
+def _run(args) -> int:
+    from analyses.engine.pipeline import run
+
+    jobs, warnings = _jobs(args)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    report = run(jobs, _cache(args), force=args.force, prune=args.prune, progress=not args.quiet)
+    for job, what in report.done:
+        print(f"{job.label:45s} {what}")
+    for scope, name in report.pruned:
+        print(f"{scope}/{name:40s} removed (no analysis owns it)")
+    if report.index_written:
+        print("_variables.yml and provenance.md rebuilt from the cache")
+    return 0
+
+
+def _status(args) -> int:
+    from analyses.engine.pipeline import status
+
+    jobs, warnings = _jobs(args)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    cache = _cache(args)
+    report = status(jobs, cache)
+    for job, reason in report.jobs:
+        manifest = cache.manifest(job.scope, job.analysis.name) or {}
+        state = manifest.get("status", "missing") if reason is None else f"STALE: {reason}"
+        if reason is None and job.unavailable:
+            state += " (weights not checked)"
+        extra = f"  [needs {', '.join(job.analysis.needs) or 'no weights'}]" if args.command == "list" else ""
+        print(f"{job.label:45s} {state}{extra}")
+    if args.command == "list":
+        return 0
+    for scope, name in report.orphans:
+        print(f"{scope}/{name:40s} ORPHAN: no analysis owns it (remove with `run --prune`)")
+    for path in report.leftovers:
+        print(f"{path:45s} LEFTOVER of an interrupted write (the next `run` removes it)")
+    for problem in report.index_problems:
+        print(f"STALE: {problem}")
+    if report.problems:
+        print(f"{report.problems} problems: run `python -m analyses run`" + (" --prune" if report.orphans else ""))
+        return EXIT_STALE
+    if report.unverified:
+        print(f"fresh, but {len(report.unverified)} results were not checked against their weights (unavailable)")
+        return EXIT_UNVERIFIED
+    print(f"all {len(jobs)} cached results and the cited files are fresh")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "bench":
+            from analyses.engine.bench import main as bench
+
+            return bench()
+        return _run(args) if args.command == "run" else _status(args)
+    except (WeightsError, RootError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except UnknownAnalysisError as exc:
+        print(f"error: {exc.args[0]}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted: the cache keeps its previous entries (nothing is left half-written)", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except OSError as exc:
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return EXIT_OS

@@ -1,0 +1,227 @@
+"""Runs registered analyses on models and keeps the cache, and the files the report cites, fresh.
+
+For each (scope, analysis) pair the pipeline computes the input fingerprint (the files it
+reads, its code hash, parameters and library versions). A fresh entry is left alone; a stale
+or missing one is recomputed, or recorded as skipped, with the reason, when the checkpoint
+lacks a tensor the analysis needs. At the end of every run `_variables.yml` and
+`provenance.md` are rebuilt from the verified cache whenever they differ from it. Nothing is
+locked or written when nothing needs writing.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from analyses.engine import index
+from analyses.engine.cache import COMMON, Cache, result_outputs
+from analyses.engine.checkpoint import WeightsError
+from analyses.engine.fingerprints import input_fingerprint, library_versions
+from analyses.engine.registry import Analysis, UnknownAnalysisError, all_analyses
+from analyses.engine.results import Result
+from analyses.engine.sources import MODELS, ModelSpec, WeightSource
+from analyses.toolkit.plotting import render
+
+
+@dataclass(frozen=True)
+class Job:
+    """One analysis on one scope (a model's slug, or `common`); `source` is None for common analyses
+    and for a model whose weights are unavailable (its jobs can be checked, weights aside, not run)."""
+
+    analysis: Analysis
+    scope: str
+    source: WeightSource | None
+    model: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.scope}/{self.analysis.name}"
+
+    @property
+    def unavailable(self) -> bool:
+        return self.analysis.scope == "model" and self.source is None
+
+    def inputs(self) -> dict:
+        weights = self.source.fingerprint_for(self.analysis.needs) if self.source else None
+        return input_fingerprint(weights, self.analysis.code_hash(), dict(self.analysis.params),
+                                 library_versions(self.analysis.libraries))
+
+
+def select(names: Iterable[str] = ()) -> list[Analysis]:
+    """The named analyses (all when none are named); an unknown name is an error that lists the known ones."""
+    registry = all_analyses()
+    names = list(names)
+    unknown = [n for n in names if n not in registry]
+    if unknown:
+        raise UnknownAnalysisError(f"unknown analysis {', '.join(unknown)}; known: {', '.join(registry)}")
+    return [registry[n] for n in names] if names else list(registry.values())
+
+
+def plan(analyses: list[Analysis], sources: list[WeightSource | ModelSpec]) -> list[Job]:
+    """Every (analysis, scope) pair: model analyses once per model, common ones once.
+
+    A ModelSpec in place of a source stands for a model whose weights are unavailable.
+    """
+    jobs = [Job(a, s.slug, s if isinstance(s, WeightSource) else None, s.name)
+            for s in sources for a in analyses if a.scope == "model"]
+    return jobs + [Job(a, COMMON, None) for a in analyses if a.scope == "common"]
+
+
+def orphans(cache: Cache) -> list[tuple[str, str]]:
+    """Entries on disk that no registered analysis owns: an unknown analysis, an unknown model, or an
+    analysis cached in the wrong kind of scope. They are never cited; `run --prune` removes them."""
+    registry = all_analyses()
+    models = {spec.slug for spec in MODELS.values()}
+
+    def owned(scope: str, name: str) -> bool:
+        analysis = registry.get(name)
+        return analysis is not None and (scope == COMMON if analysis.scope == "common" else scope in models)
+
+    return [(scope, name) for scope, name in cache.entries() if not owned(scope, name)]
+
+
+def cited_entries(cache: Cache) -> list[tuple[str, str]]:
+    """The entries the report may cite: every entry on disk that a registered analysis owns."""
+    stray = set(orphans(cache))
+    return [entry for entry in cache.entries() if entry not in stray]
+
+
+def _status_md(job: Job, manifest: dict) -> str:
+    where = f" for {job.source.name}" if job.source else ""
+    if manifest["status"] == "skipped":
+        return (f"::: {{.callout-warning}}\n## Not computed: {job.analysis.title}{where}\n\n"
+                f"{manifest['reason']}\n:::\n")
+    weights = (f" from weights `sha256:{job.source.fingerprint['model.safetensors'][:12]}`"
+               if job.source else "")
+    return (f"*Computed{where}{weights} by analysis `{job.analysis.name}` "
+            f"(code `{manifest['input']['code'][:12]}`).*\n")
+
+
+def execute(job: Job, cache: Cache, inputs: dict) -> dict:
+    """Compute one job (or record it as skipped) and write its cache entry; returns the manifest.
+
+    `inputs` is the job's fingerprint, computed once by the caller.
+    """
+    manifest = {"analysis": job.analysis.name, "title": job.analysis.title, "scope": job.scope,
+                "model": job.source.name if job.source else None,
+                "shape": job.source.shape.as_dict() if job.source else None, "input": inputs}
+    missing = job.source.missing(job.analysis.needs) if job.source else []
+    if missing:
+        manifest.update(status="skipped", reason=(
+            f"This checkpoint of {job.source.name} does not contain {', '.join(f'`{m}`' for m in missing)}, "
+            "which this analysis needs; it was not run on a substitute. Point the pipeline at a full checkpoint "
+            "(e.g. from the Hugging Face hub) to compute it."))
+        outputs = result_outputs(Result(), {}, {})
+    else:
+        tensors, shape = (job.source.tensors, job.source.shape) if job.source else (None, None)
+        result = job.analysis.run(tensors, shape)
+        figures = {name: render(fn(result, shape)) for name, fn in job.analysis.figures.items()}
+        files = {name: fn(result, shape) for name, fn in job.analysis.files.items()}
+        outputs = result_outputs(result, figures, files)
+        manifest.update(status="ok", reason=None)
+    outputs.add_text("status.md", _status_md(job, manifest))
+    cache.write(job.scope, job.analysis.name, manifest, outputs)
+    return manifest
+
+
+@dataclass
+class RunReport:
+    """What a run did: each job's outcome, the orphans it removed, whether it rewrote the cited files."""
+
+    done: list[tuple[Job, str]] = field(default_factory=list)
+    pruned: list[tuple[str, str]] = field(default_factory=list)
+    index_written: bool = False
+    wrote: bool = False
+
+
+def _stale(jobs: list[Job], cache: Cache, force: bool) -> tuple[dict[str, dict], dict[str, str]]:
+    """Each job's fingerprint and, for those that need computing, why."""
+    inputs, reasons = {}, {}
+    for job in jobs:
+        if job.unavailable:
+            reason = cache.staleness(job.scope, job.analysis.name, {**job.inputs(), "weights": None},
+                                     check_weights=False)
+        else:
+            inputs[job.label] = job.inputs()
+            reason = "forced" if force else cache.staleness(job.scope, job.analysis.name, inputs[job.label])
+        if reason is not None:
+            reasons[job.label] = reason
+    return inputs, reasons
+
+
+def run(jobs: list[Job], cache: Cache, force: bool = False, prune: bool = False,
+        progress: bool = True) -> RunReport:
+    """Bring every job's entry up to date, then the cited files; take the lock only if something changes.
+
+    A job whose model's weights are unavailable must already be fresh on everything but the weights;
+    otherwise nothing is done and a WeightsError says which results need the weights.
+    """
+    from tqdm import tqdm
+
+    report = RunReport()
+    inputs, reasons = _stale(jobs, cache, force)
+    blocked = [job.label for job in jobs if job.unavailable and job.label in reasons]
+    if blocked:
+        raise WeightsError(f"{len(blocked)} cached results need recomputing but their model's weights are "
+                           f"unavailable: {', '.join(blocked[:4])}{', …' if len(blocked) > 4 else ''}")
+    stray = orphans(cache) if prune else []
+    fresh_index = index.build(cache, cited_entries(cache)) if not reasons and not stray else None
+    if fresh_index is not None and not cache.leftovers() and not index.differences(index.on_disk(cache), fresh_index):
+        report.done = [(job, "fresh") for job in jobs]
+        return report
+    report.wrote = True
+    with cache.locked():
+        _, reasons = _stale(jobs, cache, force)  # another writer may have finished some meanwhile
+        todo = [job for job in jobs if job.label in reasons]
+        timings = {}
+        bar = tqdm(todo, unit="analysis", disable=not progress or not todo, file=sys.stderr)
+        outcomes = {}
+        for job in bar:
+            bar.set_description(job.label)
+            start = time.perf_counter()
+            manifest = execute(job, cache, inputs[job.label])
+            timings[job.label] = time.perf_counter() - start
+            outcomes[job.label] = f"{manifest['status']} ({reasons[job.label]})"
+        report.done = [(job, outcomes.get(job.label, "fresh")) for job in jobs]
+        for scope, name in stray:
+            cache.remove(scope, name)
+        report.pruned = stray
+        fresh = index.build(cache, cited_entries(cache))
+        if index.differences(index.on_disk(cache), fresh):
+            index.write(cache, fresh)
+            report.index_written = True
+        if timings:
+            cache.record_timings(timings)
+    return report
+
+
+@dataclass
+class StatusReport:
+    """Each job's staleness, the orphans on disk, and what is wrong with the cited files."""
+
+    jobs: list[tuple[Job, str | None]]
+    orphans: list[tuple[str, str]]
+    index_problems: list[str]
+    leftovers: list[str]
+
+    @property
+    def unverified(self) -> list[Job]:
+        """Fresh jobs whose weights could not be checked (unavailable)."""
+        return [job for job, reason in self.jobs if reason is None and job.unavailable]
+
+    @property
+    def problems(self) -> int:
+        return sum(reason is not None for _, reason in self.jobs) + len(self.orphans) + len(self.index_problems)
+
+
+def status(jobs: list[Job], cache: Cache) -> StatusReport:
+    """Staleness of every job (weights unchecked where unavailable), orphans, and the cited files against
+    a rebuild from the verified cache."""
+    _, reasons = _stale(jobs, cache, force=False)
+    problems = index.differences(index.on_disk(cache), index.build(cache, cited_entries(cache)))
+    problems += [f"_variables.yml cites {job.label}, which is stale" for job in jobs
+                 if job.label in reasons and cache.unverifiable(job.scope, job.analysis.name) is None]
+    return StatusReport([(job, reasons.get(job.label)) for job in jobs], orphans(cache), problems,
+                        [str(p.relative_to(cache.root)) for p in cache.leftovers()])
