@@ -97,3 +97,50 @@ def test_reported_layer5_query_anisotropy(gpt2_weights):
     assert a["log_volume"] == pytest.approx(393.94, abs=0.005)
     assert a["effective_rank"] == pytest.approx(535.52, abs=0.005)
     assert a["condition"] == pytest.approx(3.48e4, rel=0.005)
+
+
+def _layer_tensors(rng, matrices: dict[str, np.ndarray], H: int, layer: int = 0) -> dict[str, np.ndarray]:
+    """Canonical per-head tensors of one layer whose full D × D maps (x @ W layout) are the given matrices."""
+    dh = D // H
+    out = {}
+    for kind in "QKV":
+        W = matrices.get(kind, rng.standard_normal((D, D)))
+        out[f"blocks.{layer}.attn.W_{kind}"] = W.reshape(D, H, dh).transpose(1, 0, 2)
+    out[f"blocks.{layer}.attn.W_O"] = matrices.get("O", rng.standard_normal((D, D))).reshape(H, dh, D)
+    out[f"blocks.{layer}.ln1.w"] = np.ones(D)
+    return out
+
+
+def test_attention_spectra_reports_the_anisotropy_of_a_planted_spectrum():
+    """W_Q = U diag(σ) Vᵀ with σ = 2^(−i/3): condition 2^((D−1)/3), log-volume Σ log σ, effective rank exp H(σ/Σσ)."""
+    from analyses.attention_spectra import attention_spectra
+
+    rng = np.random.default_rng(7)
+    s = 2.0 ** (-np.arange(D) / 3)
+    W = orthogonal(rng, D) @ np.diag(s) @ orthogonal(rng, D)
+    shape = ModelShape("planted", "gpt2", D, 8, 1, 4, 10, 4 * D, "pre")
+    result = attention_spectra(_layer_tensors(rng, {"Q": W}, 4), shape, reference_model="gpt2", reference_layer=0,
+                               reference={"log_volume": 0.0, "effective_rank": 0.0, "condition": 1.0})
+    row = result.tables["anisotropy"].rows[0]
+    assert row[:2] == (0, "W_Q")
+    p = s / s.sum()
+    assert row[4] == pytest.approx(2 ** ((D - 1) / 3), rel=1e-9)
+    assert row[5] == pytest.approx(np.log(s).sum(), abs=1e-9)
+    assert row[6] == pytest.approx(np.exp(-(p * np.log(p)).sum()), rel=1e-10)
+
+
+def test_alignment_enrichment_of_matrices_that_read_only_inside_or_outside_the_position_subspace():
+    """A W_Q whose rows live in P's top-3 subspace reads it with enrichment D/3; one orthogonal to it, 0."""
+    from analyses.attention_spectra import attention_alignment
+
+    rng = np.random.default_rng(8)
+    Q = orthogonal(rng, D)
+    P = rng.standard_normal((64, 3)) @ np.diag([5.0, 3.0, 2.0]) @ Q[:, :3].T  # rank 3: top-3 subspace = Q[:, :3]
+    inside = Q[:, :3] @ rng.standard_normal((3, D))
+    outside = Q[:, 3:] @ rng.standard_normal((D - 3, D))
+    tensors = _layer_tensors(rng, {"Q": inside, "K": outside}, 4) | _layer_tensors(rng, {}, 4, 1) | {"W_pos": P}
+    shape = ModelShape("planted", "gpt2", D, 64, 2, 4, 10, 4 * D, "pre")
+    numbers = attention_alignment(tensors, shape, ks=(3,), n_overlap_vectors=2, overlap_k=2).numbers
+    assert numbers["l0_q_k3"].value == pytest.approx(D / 3, rel=1e-9)
+    assert numbers["l0_k_k3"].value == pytest.approx(0.0, abs=1e-9)
+    assert numbers["l0_q_folded_k3"].value == pytest.approx(D / 3, rel=1e-9)  # γ = 1 changes nothing

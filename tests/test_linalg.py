@@ -64,3 +64,9 @@ def test_top_right_singular_vectors_are_orthonormal_with_fixed_signs():
     np.testing.assert_allclose(V.T @ V, np.eye(4), atol=1e-12)
     assert np.all(V[np.abs(V).argmax(axis=0), range(4)] > 0)
     np.testing.assert_allclose(top_right_singular_vectors(-X, 4), V, atol=1e-12)
+
+
+def test_effective_rank_of_an_unequal_spectrum_weights_singular_values_not_their_squares():
+    """σ = (3, 1): p = (3/4, 1/4), so exp H = 4 / 3^(3/4) ≈ 1.7548 (σ² weights would give p = (9/10, 1/10))."""
+    assert effective_rank(np.array([3.0, 1.0])) == pytest.approx(4 / 3**0.75, rel=1e-14)
+    assert effective_rank(np.array([2.0, 1.0, 1.0, 0.0])) == pytest.approx(2 * 2**0.5, rel=1e-14)  # p = ½, ¼, ¼

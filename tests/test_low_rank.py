@@ -86,3 +86,17 @@ def test_position_subsets_partition():
     assert s["no_first"][0] == 1 and len(s["all"]) == 20
     with pytest.raises(ValueError):
         position_subsets(20, 19)
+
+
+def test_low_rank_spectrum_statistics_on_a_planted_spectrum():
+    """P = U diag(σ) Vᵀ with σ = (4, 2, 1, 1): masses σ²/Σσ² = 16/22 …, effective rank from p = σ/Σσ = (½, ¼, ⅛, ⅛)."""
+    rng = np.random.default_rng(3)
+    U, _ = np.linalg.qr(rng.standard_normal((40, 4)))
+    V, _ = np.linalg.qr(rng.standard_normal((12, 4)))
+    P = U @ np.diag([4.0, 2.0, 1.0, 1.0]) @ V.T
+    numbers = low_rank({"W_pos": P}, None, **LOW_RANK).numbers
+    assert numbers["learned_mass_top1"].value == pytest.approx(16 / 22, rel=1e-12)
+    assert numbers["learned_mass_top3"].value == pytest.approx(21 / 22, rel=1e-12)
+    assert numbers["learned_effective_rank"].value == pytest.approx(2 ** 1.75, rel=1e-12)  # exp(7/4 · ln 2)
+    assert numbers["learned_numerical_rank"].value == 4
+    assert numbers["learned_sigma1_over_sigma4"].value == pytest.approx(4.0, rel=1e-12)

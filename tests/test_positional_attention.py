@@ -97,3 +97,52 @@ def test_qk_form_with_gain_and_r2():
     mask = np.tril(np.ones((6, 6), dtype=bool))
     assert row_centred_r2(full, c @ M @ c.T, mask) == pytest.approx(1.0, abs=1e-12)
     assert row_centred_r2(full, full + 5.0, mask) == pytest.approx(1.0, abs=1e-12)  # row constants do not count
+
+
+def circle_heads(n_ctx: int = 64, omega: float = 2 * np.pi / 80, beta: float = 5000.0):
+    """Layer-0 tensors for positions on a circle, p_n = r(cos ωn e₁ + sin ωn e₂) with e₁, e₂ zero-mean, and two
+    heads whose scores are β cos(ω(i − j) − φ): φ = ω peaks on the previous key (head 0), φ = 0 on the query
+    itself (head 1). Within n_ctx < 2π/ω no other key comes close, so the peak holds almost all the mass."""
+    from analyses.engine.sources import ModelShape
+
+    D, H, dh = 8, 2, 4
+    e1, e2 = np.zeros(D), np.zeros(D)
+    e1[:2], e2[2:4] = np.array([1, -1]) / np.sqrt(2), np.array([1, -1]) / np.sqrt(2)
+    n = np.arange(n_ctx)
+    P = 10.0 * (np.cos(omega * n)[:, None] * e1 + np.sin(omega * n)[:, None] * e2)
+    a = np.sqrt(2 * beta * np.sqrt(dh) / D)  # q·k/√dh = a² D cos(…)/√dh
+    W_Q, W_K = np.zeros((H, D, dh)), np.zeros((H, D, dh))
+    for head, phi in enumerate((omega, 0.0)):
+        W_Q[head, :, 0], W_Q[head, :, 1] = a * e1, a * e2
+        W_K[head, :, 0] = a * (np.cos(phi) * e1 - np.sin(phi) * e2)
+        W_K[head, :, 1] = a * (np.sin(phi) * e1 + np.cos(phi) * e2)
+    tensors = {"W_pos": P, "blocks.0.attn.W_Q": W_Q, "blocks.0.attn.W_K": W_K, "blocks.0.attn.b_Q": np.zeros((H, dh)),
+               "blocks.0.attn.b_K": np.zeros((H, dh)), "blocks.0.ln1.w": np.ones(D), "blocks.0.ln1.b": np.zeros(D)}
+    return tensors, ModelShape("circle", "gpt2", D, n_ctx, 1, H, 10, 4 * D, "pre")
+
+
+def test_positional_attention_classifies_planted_previous_and_current_token_heads():
+    from analyses.positional_attention import positional_attention
+
+    tensors, shape = circle_heads()
+    result = positional_attention(tensors, shape, min_query=8, key_mass=0.2, local_width=4, max_offset=8, zoom=8,
+                                  pool=4)
+    assert result.tables["heads"].column("class") == ["previous-token", "current-token"]
+    numbers = {k: v.value for k, v in result.numbers.items()}
+    assert numbers["head0_mass_prev"] == pytest.approx(1.0, abs=1e-5)
+    assert numbers["head1_mass_self"] == pytest.approx(1.0, abs=1e-5)
+    assert numbers["head0_half_width"] == 1 and numbers["head1_half_width"] == 0
+    assert result.numbers["heads_previous_token"].text == "0" and result.numbers["heads_current_token"].text == "1"
+
+
+def test_positional_qk_recovers_the_rotation_and_the_preferred_offsets():
+    from analyses.positional_attention import positional_qk
+
+    omega = 2 * np.pi / 80
+    tensors, shape = circle_heads(omega=omega)
+    numbers = {k: v.value for k, v in positional_qk(tensors, shape, n_components=2, min_query=8).numbers.items()}
+    assert numbers["helix_period"] == pytest.approx(80, rel=1e-6)
+    assert abs(numbers["omega_deg"]) == pytest.approx(360 / 80, rel=1e-6)
+    assert numbers["head0_preferred_offset"] == pytest.approx(1.0, rel=1e-6)
+    assert numbers["head1_preferred_offset"] == pytest.approx(0.0, abs=1e-9)
+    assert numbers["head0_r2"] == pytest.approx(1.0, abs=1e-9)  # the scores live in the top-2 plane

@@ -129,3 +129,19 @@ def test_real_gpt2_top_pair_matches_the_checkpoint_readme(gpt2_weights):
     result = all_analyses()["similarity"].run(source.tensors, source.shape)
     assert (result.numbers["top_pair_a"].value, result.numbers["top_pair_b"].value) == (356, 528)
     assert result.numbers["top_pair_cos"].value == pytest.approx(0.9919, abs=5e-5)
+
+
+def test_offset_curve_leaves_out_an_outlying_first_position():
+    """Rows n ≥ 1 on a circle with step θ: cos(p_i, p_{i+k}) = cos kθ exactly. Row 0 is orthogonal to all of
+    them, so keeping it would pull the offset-1 mean down to (n − 2) cos θ / (n − 1)."""
+    theta, n = 0.05, 128
+    P = np.zeros((n, 16))
+    angles = theta * np.arange(n)
+    P[1:, 0], P[1:, 1] = np.cos(angles[1:]), np.sin(angles[1:])
+    P[1:, 2:] = 1e-4 * np.random.default_rng(1).standard_normal((n - 1, 14))  # every column varies a little
+    P[0, 2] = 50.0
+    numbers = similarity({"W_pos": P}, SHAPE, **PARAMS).numbers
+    assert numbers["offset_mean_1"].value == pytest.approx(np.cos(theta), abs=1e-5)
+    assert numbers["offset_mean_10"].value == pytest.approx(np.cos(10 * theta), abs=1e-5)
+    assert numbers["offset_first_negative"].value == int(np.ceil(np.pi / 2 / theta))
+    assert numbers["offset_pos0_max_change"].value > 0.005

@@ -186,3 +186,23 @@ def test_comparison_with_a_rank_one_learned_table():
     assert result.numbers["components_learned"].value == 1
     assert result.numbers["cos_offset_1_learned"].value == pytest.approx(1.0, abs=4 * EPS)
     assert result.numbers["first_negative_offset_learned"].value == 0
+
+
+def test_neighbour_cosine_of_the_two_dimensional_table_is_cos_one():
+    """D = 2: PE(n) = (sin n, cos n), so neighbouring rows are 1 radian apart whatever the base."""
+    result = sinusoidal_identities(n_positions=50, d_model=2, base=10000.0, offsets=(1,))
+    assert result.numbers["cos_offset_1"].value == pytest.approx(np.cos(1.0), abs=1e-14)
+    assert result.numbers["first_negative_offset"].value == 2  # cos 2 < 0 < cos 1
+
+
+def test_comparison_reads_the_learned_neighbour_cosine_of_a_planted_circle():
+    """Rows n ≥ 1 at angle nθ on a circle (row 0 an orthogonal outlier, left out): neighbour cosine cos θ."""
+    theta = 0.1
+    P = np.zeros((64, 16))
+    P[1:, 0], P[1:, 1] = np.cos(theta * np.arange(1, 64)), np.sin(theta * np.arange(1, 64))
+    P[0, 5] = 10.0
+    numbers = sinusoidal_vs_learned({"W_pos": P}, None, base=10000.0, fraction=0.9).numbers
+    assert numbers["cos_offset_1_learned"].value == pytest.approx(np.cos(theta), abs=1e-12)
+    assert numbers["first_negative_offset_learned"].value == int(np.ceil(np.pi / 2 / theta))
+    assert numbers["cos_min_learned"].value == pytest.approx(-1.0, abs=1e-2)
+    assert numbers["spread_offset_1_learned"].value == pytest.approx(0.0, abs=1e-12)
