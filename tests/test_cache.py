@@ -377,3 +377,17 @@ def test_markdown_tables_write_symbols_the_pdf_font_lacks_as_math():
     assert lines[0] == "| $\\sigma$_max | $\\|$M$\\|$ |"
     assert lines[2].startswith("| diag($\\gamma$)W_Q |")
     assert "σ_max" in table.to_csv()  # reviewers' CSV keeps the plain text
+
+
+def test_fingerprinted_libraries_are_pinned_by_the_lock_and_installed_as_pinned():
+    """Every distribution in a fingerprint has an exact pin in requirements.lock, and the installed version is
+    that pin: otherwise two machines set up the documented way could disagree about what is stale."""
+    import re
+    from pathlib import Path
+
+    lock = Path(__file__).resolve().parents[1] / "requirements.lock"
+    pins = {re.sub(r"[-_.]+", "-", name).lower(): version for name, version in
+            re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$", lock.read_text(), flags=re.M)}
+    versions = library_versions(("torch", "transformers", "tokenizers"))
+    versions.pop("python")
+    assert {name: (pins.get(name), v) for name, v in versions.items() if pins.get(name) != v} == {}
