@@ -185,7 +185,8 @@ def test_real_gpt2_matches_published_fingerprints(gpt2_weights):
     np.testing.assert_allclose(src.tensors["blocks.0.attn.W_Q"][0, 0, :3], [-0.4738, -0.2614, -0.0978], atol=5e-5)
     assert src.tensors["W_pos"].shape == (1024, 768)
     assert "W_E" not in src.tensors
-    assert src.tokenizer()("Hello my name is Adam")["input_ids"] == [15496, 616, 1438, 318, 7244]
+    assert src.tensors.tokenize("Hello my name is Adam").tolist() == [15496, 616, 1438, 318, 7244]
+    assert src.missing(("tokenizer",)) == []
 
 
 def test_config_with_bad_json(tiny_checkpoint):
@@ -324,3 +325,16 @@ def test_real_gpt2_token_subspace_comes_from_the_derived_pca(gpt2_weights):
     replicate = src.tensors.replicate_token_subspace()
     assert replicate is not None
     np.testing.assert_allclose(replicate[0][:100], S[:100], rtol=1e-4)  # README: top 100 agree to 1e-5
+
+
+def test_minilm_tokenizer_adds_its_special_tokens_on_request():
+    tensors = package_source("minilm").tensors
+    plain, special = tensors.tokenize("hello world"), tensors.tokenize("hello world", special_tokens=True)
+    assert special.tolist() == [101, *plain.tolist(), 102]  # [CLS] … [SEP] in BERT's uncased vocabulary
+
+
+def test_a_checkpoint_without_tokenizer_files_cannot_tokenize(tiny_checkpoint):
+    src = local_source("tiny-gpt2", tiny_checkpoint)
+    assert src.missing(("tokenizer", "W_pos")) == ["tokenizer"]
+    with pytest.raises(KeyError):
+        src.tensors.tokenize("hello")

@@ -306,6 +306,7 @@ class Tensors(Mapping):
                     raise WeightsError(
                         f"{file.path}: tensor {raw[name]!r} has shape {list(got)}, but the config of "
                         f"{shape.name} implies {list(want)}")
+        self._directory = directory
         self._derived_files = [directory / f for f in DERIVED_TOKEN_PCA] if directory else []
         self._loaded: dict[str, np.ndarray] = {}
         self._computed: dict[str, np.ndarray] = {}
@@ -379,6 +380,20 @@ class Tensors(Mapping):
     def missing(self, needed: tuple[str, ...]) -> list[str]:
         """Which of `needed` (patterns may use `blocks.*.` for every layer) this checkpoint lacks."""
         return [p for p in needed if any(n not in self for n in expand(p, self._shape.n_layers))]
+
+    def tokenize(self, text: str, special_tokens: bool = False) -> np.ndarray:
+        """The model's token ids for `text` (int64), with its tokenizer read from the checkpoint directory
+        (an analysis that calls this lists `tokenizer` in its needs). `special_tokens` adds what the
+        model's tokenizer adds around a sequence (BERT: [CLS] … [SEP]; GPT-2: nothing)."""
+        return np.asarray(self._tokenizer(text, add_special_tokens=special_tokens)["input_ids"], dtype=np.int64)
+
+    @cached_property
+    def _tokenizer(self):
+        if self._directory is None or not any((self._directory / f).is_file() for f in TOKENIZER_FILES):
+            raise KeyError(TOKENIZER)
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(self._directory))
 
     def files_used(self, needed: tuple[str, ...]) -> list[Path]:
         """The derived files (beyond the checkpoint) that the named quantities are read from."""
@@ -465,13 +480,6 @@ class WeightSource:
                                    "the files are corrupted or were changed")
         return digests
 
-    def tokenizer(self):
-        """The model's tokenizer (transformers), or None when the directory has no tokenizer files."""
-        if not self.tokenizer_files():
-            return None
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(str(self.directory))
 
 
 _SHA256: dict[tuple[Path, int, int], str] = {}
