@@ -290,7 +290,7 @@ def test_stale_weights_block_a_run_when_the_weights_are_unavailable(cache, jobs)
     assert not run(unavailable, cache, progress=False).wrote  # fresh but for the weights: kept
     changed = Analysis(**{**jobs[0].analysis.__dict__, "params": {"clip_percentile": 50.0, "n_extremes": 1}})
     with pytest.raises(WeightsError, match="weights are unavailable: tiny_gpt2/position_matrix"):
-        run([Job(changed, "tiny_gpt2", None, "tiny-gpt2")], cache, progress=False)
+        run([Job(changed, "tiny_gpt2", None)], cache, progress=False)
 
 
 def test_cache_root_is_the_repository_never_the_package(tmp_path, monkeypatch):

@@ -33,7 +33,6 @@ class Job:
     analysis: Analysis
     scope: str
     source: WeightSource | None
-    model: str | None = None
 
     @property
     def label(self) -> str:
@@ -64,7 +63,7 @@ def plan(analyses: list[Analysis], sources: list[WeightSource | ModelSpec]) -> l
 
     A ModelSpec in place of a source stands for a model whose weights are unavailable.
     """
-    jobs = [Job(a, s.slug, s if isinstance(s, WeightSource) else None, s.name)
+    jobs = [Job(a, s.slug, s if isinstance(s, WeightSource) else None)
             for s in sources for a in analyses if a.scope == "model"]
     return jobs + [Job(a, COMMON, None) for a in analyses if a.scope == "common"]
 

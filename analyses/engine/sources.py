@@ -470,7 +470,7 @@ class WeightSource:
         missing = [f for f in files if not (self.directory / f).is_file()]
         if missing:
             raise WeightsError(f"{self.directory} lacks {', '.join(missing)}")
-        digests = {f: _cached_sha256(self.directory / f) for f in files}
+        digests = {f: sha256_file(self.directory / f) for f in files}
         sums = self.directory / "SHA256SUMS"
         if sums.is_file():
             listed = dict(reversed(line.split(maxsplit=1)) for line in sums.read_text().splitlines() if line.strip())
@@ -480,18 +480,6 @@ class WeightSource:
                                    "the files are corrupted or were changed")
         return digests
 
-
-
-_SHA256: dict[tuple[Path, int, int], str] = {}
-
-
-def _cached_sha256(path: Path) -> str:
-    """sha256 of a file, computed once per process for a given (path, size, mtime)."""
-    stat = path.stat()
-    key = (path.resolve(), stat.st_size, stat.st_mtime_ns)
-    if key not in _SHA256:
-        _SHA256[key] = sha256_file(path)
-    return _SHA256[key]
 
 
 @dataclass(frozen=True)
