@@ -1,5 +1,6 @@
 # Two entry points, each self-sufficient on a fresh machine:
-#   make report   set up .venv, run the analyses (cache), then `quarto render` if Quarto is installed
+#   make report   set up .venv, then `quarto render` (HTML and PDF; its pre-render step brings the
+#                 analyses cache up to date); without Quarto, only the analyses
 #   make test     set up .venv and run the test suite
 # GPT-2's weights: set GPT2_WEIGHTS=DIR for a local copy, otherwise they come from the Hugging Face hub.
 
@@ -17,12 +18,12 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	touch $@
 
 report: $(VENV)/.installed
-	$(PY) -m analyses run
 	@if command -v quarto >/dev/null 2>&1; then \
-		quarto render; \
+		ANALYSES_PYTHON=$(PY) quarto render; \
 	else \
-		echo "Quarto is not installed, so the cache is up to date but the website and PDF were not rendered."; \
-		echo "Install Quarto (https://quarto.org/docs/get-started/), then run: quarto render"; \
+		$(PY) -m analyses run && \
+		echo "Quarto is not installed, so the cache is up to date but the website and PDF were not rendered." && \
+		echo "Install Quarto 1.10.18 (see the README, Rendering), then run: make report"; \
 	fi
 
 test: $(VENV)/.installed

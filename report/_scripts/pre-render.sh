@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Quarto's pre-render step (_quarto.yml: project.pre-render), run from the project root
+# before every `quarto render`:
+#   1. bring the analyses cache up to date (`python -m analyses run`: only stale analyses are
+#      computed, so a warm cache costs the hash check, about a second);
+#   2. copy plotly.js, from the same plotly package that drew the cached interactive figures,
+#      to report/_assets/plotly.min.js (gitignored), which _quarto.yml lists as a resource, so
+#      the site serves it itself instead of fetching it from a CDN.
+# The Python is $ANALYSES_PYTHON, by default the project's .venv/bin/python. Any failure stops
+# the render with a non-zero exit status.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+
+PY="${ANALYSES_PYTHON:-.venv/bin/python}"
+if ! command -v "$PY" >/dev/null 2>&1; then
+  echo "pre-render: no Python at '$PY' to run the analyses." >&2
+  echo "pre-render: create the project environment (make .venv/.installed) or set ANALYSES_PYTHON." >&2
+  exit 1
+fi
+
+echo "pre-render: $PY -m analyses run"
+"$PY" -m analyses run || { echo "pre-render: the analyses failed; not rendering." >&2; exit 1; }
+
+"$PY" - <<'PY'
+from pathlib import Path
+
+from plotly.offline import get_plotlyjs, get_plotlyjs_version
+
+target = Path("report/_assets/plotly.min.js")
+js = get_plotlyjs()
+if not target.is_file() or target.read_text(encoding="utf-8") != js:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(js, encoding="utf-8")
+    tmp.replace(target)
+print(f"pre-render: plotly.js {get_plotlyjs_version()} at {target}")
+PY

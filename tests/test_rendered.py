@@ -1,0 +1,564 @@
+"""The rendered report: `quarto render` once per session, then checks of what a reader gets.
+
+The render (HTML site and PDF, with the pre-render step that brings the cache up to date) runs
+once, into the normal `_book/`. Then:
+
+- the render exits 0 and prints no WARN lines;
+- every HTML page, statically: no unresolved cross-reference, no literal shortcode, no raw TeX in
+  the visible text, no script, stylesheet or font from outside `_book/`, every local target there;
+  every figure and table numbered in order, chapter by chapter, and titled in the sidebar;
+- every page in headless Chromium, served from `_book/` over local HTTP with every other request
+  blocked: no console error, math typeset (MathML), the interactive helix drawn by plotly; a
+  full-page screenshot of each page goes to `_book/screenshots/<page>.png` for a person to look at;
+- the PDF: a sane page count, every figure and table captioned in its chapter, all fonts
+  embedded, and the cited numbers printed in the chapters that cite them.
+
+Skipped, saying why, without Quarto on PATH (the browser tests without Chromium or Playwright);
+the pre-render step checks the cache against GPT-2's weights, so without GPT2_WEIGHTS the render
+is skipped too. CI installs all of it (.ci/run).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from html import unescape
+from html.parser import HTMLParser
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+BOOK = REPO / "_book"
+SCREENSHOTS = BOOK / "screenshots"
+QUARTO = shutil.which("quarto")
+CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+RENDER_TIMEOUT_S = 900
+
+# Inputs that still need a change in the Python package (see the README's Rendering section).
+# Each check that depends on one expects a failure while the cache shows the old output, and
+# runs strictly (no xfail) once the cache is regenerated with the fix.
+HELIX_FRAGMENT = REPO / "report/_cache/gpt2/helix/helix_3d.md"
+PENDING_PLOTLY = ("pending change in analyses/helix.py: the cached helix_3d.md loads plotly.js from "
+                  "cdn.plot.ly; it must use <script src=\"_assets/plotly.min.js\"> (the copy that "
+                  "the pre-render step serves)")
+PENDING_SURD = ("pending change in the table writer of common/sinusoidal_identities (shift.md): "
+                "pandoc's MathML writer cannot convert \\surd; write \\sqrt{D}")
+
+
+def plotly_from_cdn() -> bool:
+    return HELIX_FRAGMENT.is_file() and "cdn.plot.ly" in HELIX_FRAGMENT.read_text()
+
+
+def surd_in_cache() -> bool:
+    return any("\\surd" in p.read_text() for p in (REPO / "report/_cache").rglob("*.md"))
+
+
+# --- the book, from _quarto.yml -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Chapter:
+    source: Path          # the .qmd, relative to the repository
+    title: str
+    number: int | None    # None for unnumbered chapters (preface, references)
+
+    @property
+    def page(self) -> Path:
+        return self.source.with_suffix(".html")
+
+    @property
+    def name(self) -> str:
+        return self.source.stem
+
+    def heading(self) -> str:
+        return self.title if self.number is None else f"{self.number} {self.title}"
+
+
+def expand(path: Path, seen: tuple = ()) -> str:
+    """A document's text with every {{< include >}} replaced by the included file's."""
+    def include(match: re.Match) -> str:
+        target = (path.parent / match.group(1)).resolve()
+        return expand(target, (*seen, path)) if target.is_file() and target not in seen else ""
+    return re.sub(r"\{\{<\s*include\s+(\S+)\s*>\}\}", include, path.read_text())
+
+
+@functools.cache
+def chapters() -> tuple[Chapter, ...]:
+    config = yaml.safe_load((REPO / "_quarto.yml").read_text())
+    out, number = [], 0
+    for source in config["book"]["chapters"]:
+        heading = re.search(r"^# (.+?)\s*(\{[^}]*\})?\s*$", expand(REPO / source), re.M)
+        assert heading, f"{source} has no level-1 heading"
+        attrs = heading.group(2) or ""
+        unnumbered = ".unnumbered" in attrs or attrs.replace(" ", "") == "{-}"
+        if not unnumbered:
+            number += 1
+        out.append(Chapter(Path(source), heading.group(1), None if unnumbered else number))
+    return tuple(out)
+
+
+CHAPTER_IDS = [c.name for c in chapters()]
+
+
+def float_labels(text: str, kind: str) -> list[str]:
+    """Labels of the top-level figures (kind 'fig') or tables ('tbl') a chapter defines, in order.
+
+    A figure div's own label counts; labels of the panels inside it (subfigures) do not.
+    """
+    text = re.sub(r"^(```|~~~).*?^\1\s*$", "", text, flags=re.S | re.M)
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
+    labels, stack = [], []
+    for line in text.splitlines():
+        fence = re.match(r"^(:{3,})\s*(.*)$", line.strip())
+        if fence and not fence.group(2):
+            if stack:
+                stack.pop()
+            continue
+        if fence:
+            div = re.search(rf"#({kind}-[\w-]+)", fence.group(2))
+            inside = any(stack)
+            stack.append(bool(div))
+            if div and not inside:
+                labels.append(div.group(1))
+            continue
+        if not any(stack):
+            labels += re.findall(rf"\)\{{#({kind}-[\w-]+)", line)
+    return labels
+
+
+def html_only(text: str) -> str:
+    return re.sub(r'^::: \{\.content-visible when-format="html"\}.*?^:::\s*$', "", text, flags=re.S | re.M)
+
+
+# --- the render -------------------------------------------------------------------------------
+
+@dataclass
+class Render:
+    returncode: int
+    log: str
+    seconds: float
+
+
+@pytest.fixture(scope="session")
+def render(gpt2_weights) -> Render:
+    """`quarto render` of the whole book (HTML and PDF) into _book/, once per session."""
+    if QUARTO is None:
+        pytest.skip("quarto is not on PATH: install Quarto 1.10.18 to render and check the report "
+                    "(here: ../shared/tools/quarto/install.sh --with-tex PREFIX; see the README)")
+    shutil.rmtree(BOOK, ignore_errors=True)
+    env = os.environ | {"ANALYSES_PYTHON": sys.executable, "GPT2_WEIGHTS": str(gpt2_weights)}
+    start = time.monotonic()
+    proc = subprocess.run([QUARTO, "render"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=RENDER_TIMEOUT_S)
+    return Render(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start)
+
+
+@pytest.fixture(scope="session")
+def book(render) -> Path:
+    if render.returncode != 0:
+        pytest.skip("the render failed (see test_render_succeeds_without_warnings)")
+    return BOOK
+
+
+def warnings_in(log: str) -> list[str]:
+    return [line.strip() for line in log.splitlines() if re.search(r"\bWARN(ING)?\b", line)]
+
+
+def test_render_succeeds_without_warnings(render):
+    tail = "\n".join(render.log.splitlines()[-40:])
+    assert render.returncode == 0, f"quarto render exited {render.returncode}:\n{tail}"
+    assert "pre-render:" in render.log, "the pre-render step (analyses cache, plotly.js) did not run"
+    assert (BOOK / "index.html").is_file() and list(BOOK.glob("*.pdf")), "no HTML site or no PDF"
+    warnings = warnings_in(render.log)
+    if warnings and surd_in_cache() and all("\\surd" in w for w in warnings):
+        pytest.xfail(PENDING_SURD)
+    assert not warnings, "warnings during the render:\n" + "\n".join(warnings)
+
+
+# --- HTML, statically -------------------------------------------------------------------------
+
+HIDDEN = {"script", "style", "annotation", "annotation-xml", "code", "pre", "title", "template"}
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+
+class Page(HTMLParser):
+    """The visible text of a page and the elements that load something."""
+
+    def __init__(self, path: Path):
+        super().__init__(convert_charrefs=True)
+        self.path, self.text, self.elements, self._hidden = path, [], [], []
+        self.raw = path.read_text(encoding="utf-8")
+        self.feed(self.raw)
+
+    def handle_starttag(self, tag, attrs):
+        self.elements.append((tag, dict(attrs)))
+        if tag in HIDDEN and tag not in VOID:
+            self._hidden.append(tag)
+
+    def handle_endtag(self, tag):
+        if self._hidden and self._hidden[-1] == tag:
+            self._hidden.pop()
+
+    def handle_data(self, data):
+        if not self._hidden:
+            self.text.append(data)
+
+    @property
+    def visible(self) -> str:
+        return " ".join(" ".join(self.text).split())
+
+    def loads(self) -> list[tuple[str, str]]:
+        """(what, url) for every script, stylesheet, image, embed, object, frame and media source."""
+        out = []
+        for tag, attrs in self.elements:
+            if tag == "script" and attrs.get("src"):
+                out.append(("script", attrs["src"]))
+            elif tag == "link" and attrs.get("href") and set((attrs.get("rel") or "").split()) & {
+                    "stylesheet", "preload", "modulepreload", "icon", "prefetch"}:
+                out.append(("link", attrs["href"]))
+            elif tag in {"img", "embed", "iframe", "source", "audio", "video"} and attrs.get("src"):
+                out.append((tag, attrs["src"]))
+            elif tag == "object" and attrs.get("data"):
+                out.append((tag, attrs["data"]))
+        return out
+
+
+@functools.cache
+def page(name: str) -> Page:
+    chapter = next(c for c in chapters() if c.name == name)
+    return Page(BOOK / chapter.page)
+
+
+def is_external(url: str) -> bool:
+    return bool(re.match(r"^(https?:)?//", url.strip(), re.I))
+
+
+def test_every_page_exists(book):
+    missing = [str(c.page) for c in chapters() if not (book / c.page).is_file()]
+    assert not missing, f"pages not rendered: {missing}"
+
+
+@pytest.mark.parametrize("name", CHAPTER_IDS)
+def test_page_text_is_fully_resolved(book, name):
+    p = page(name)
+    assert "{{<" not in p.raw, "a literal shortcode '{{<' is in the page"
+    text = p.visible
+    unresolved = re.findall(r".{0,40}(?:\?@|\?\?).{0,40}", text)
+    assert not unresolved, f"unresolved cross-references: {unresolved}"
+    raw_tex = re.findall(r".{0,30}(?:\\[A-Za-z]+|\\[()\[\]]|\$\$).{0,30}", text)
+    if raw_tex and name == "sinusoidal-geometry" and surd_in_cache() and all("\\surd" in t for t in raw_tex):
+        pytest.xfail(PENDING_SURD)
+    assert not raw_tex, f"raw TeX in the visible text (math not converted): {raw_tex}"
+
+
+@pytest.mark.parametrize("name", CHAPTER_IDS)
+def test_page_loads_nothing_from_outside_the_site(book, name):
+    external = [f"<{what}> {url}" for what, url in page(name).loads() if is_external(url)]
+    if name == "low-rank-helix" and plotly_from_cdn() and all("cdn.plot.ly" in e for e in external):
+        pytest.xfail(PENDING_PLOTLY)
+    assert not external, "fetched from outside _book/:\n" + "\n".join(external)
+
+
+def test_stylesheets_import_nothing_from_outside_the_site(book):
+    remote = re.compile(r"@import\s*(?:url\()?\s*['\"]?(?:https?:)?//|url\(\s*['\"]?(?:https?:)?//", re.I)
+    offending = [f"{css.relative_to(book)}: {m.group(0)}" for css in book.rglob("*.css")
+                 for m in remote.finditer(css.read_text(encoding="utf-8", errors="replace"))]
+    assert not offending, "stylesheets that fetch from outside _book/ (web fonts?):\n" + "\n".join(offending)
+
+
+@pytest.mark.parametrize("name", CHAPTER_IDS)
+def test_every_local_target_exists(book, name):
+    p = page(name)
+    missing = []
+    for what, url in p.loads():
+        if is_external(url) or url.startswith("data:"):
+            continue
+        target = (p.path.parent / urlsplit(url).path).resolve()
+        if not target.is_file():
+            missing.append(f"<{what}> {url}")
+    assert not missing, "targets missing from _book/:\n" + "\n".join(missing)
+
+
+def test_sidebar_lists_every_chapter_by_title(book):
+    sidebar = Page(book / "index.html").raw
+    sidebar = sidebar[sidebar.index('id="quarto-sidebar"'):]
+    entries = []
+    for href, inner in re.findall(r'<a href="\./([^"]+)" class="sidebar-item-text[^"]*">(.*?)</a>', sidebar, re.S):
+        entries.append((href, " ".join(re.sub(r"<[^>]+>", " ", inner).replace("&nbsp;", " ").split())))
+    expected = [(str(c.page), c.heading()) for c in chapters()]
+    assert entries == expected, f"sidebar entries {entries}, expected {expected}"
+
+
+@pytest.mark.parametrize("name", CHAPTER_IDS)
+@pytest.mark.parametrize("kind, word", [("fig", "Figure"), ("tbl", "Table")])
+def test_floats_are_numbered_in_order(book, name, kind, word):
+    """Every figure (table) the chapter defines is captioned on its page, numbered chapter.1, .2, ..."""
+    chapter = next(c for c in chapters() if c.name == name)
+    expected = float_labels(expand(REPO / chapter.source), kind)
+    raw = page(name).raw
+    found = re.findall(rf'<figcaption[^>]*quarto-float-caption quarto-float-{kind}" id="({kind}-[\w-]+?)-caption'
+                       rf'[^"]*">\s*{word}&nbsp;([\d.]+)', raw)
+    assert [label for label, _ in found] == expected, "captions on the page differ from the labels in the source"
+    if expected:
+        assert chapter.number is not None, f"{word.lower()}s in an unnumbered chapter"
+        assert [n for _, n in found] == [f"{chapter.number}.{i}" for i in range(1, len(found) + 1)]
+
+
+# --- HTML, in Chromium --------------------------------------------------------------------------
+
+@dataclass
+class Visit:
+    console_errors: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)        # local requests that failed (HTTP >= 400)
+    blocked: list[str] = field(default_factory=list)       # requests for anything outside _book/
+    math: int = 0                                           # <math> elements
+    math_drawn: int = 0                                     # ... laid out with a non-empty box
+    plots: dict[str, int] = field(default_factory=dict)    # plotly div id -> drawn svg/canvas children
+    seconds: float = 0.0
+
+
+class QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="session")
+def browser_visits(book, tmp_path_factory) -> dict[str, Visit]:
+    """Each page loaded once in headless Chromium, from a local server of _book/; a screenshot each."""
+    if CHROMIUM is None:
+        pytest.skip("no Chromium on PATH (Debian: apt-get install chromium; or set CHROMIUM=/path)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("Python playwright is not installed (pip install -e '.[test]')")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(book)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    origin = f"http://127.0.0.1:{server.server_port}"
+    SCREENSHOTS.mkdir(exist_ok=True)
+    visits: dict[str, Visit] = {}
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            context = browser.new_context(viewport={"width": 1280, "height": 900}, service_workers="block")
+
+            def route(r):
+                if r.request.url.startswith(origin + "/") or r.request.url.startswith("data:"):
+                    r.continue_()
+                else:
+                    visits[current].blocked.append(r.request.url)
+                    r.abort("blockedbyclient")
+
+            context.route("**/*", route)
+            for chapter in chapters():
+                current, visit = chapter.name, Visit()
+                visits[current] = visit
+                start = time.monotonic()
+                tab = context.new_page()
+                tab.on("console", lambda m, v=visit: v.console_errors.append(m.text) if m.type == "error" else None)
+                tab.on("pageerror", lambda e, v=visit: v.console_errors.append(f"uncaught: {e}"))
+                tab.on("response", lambda r, v=visit: v.failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+                tab.goto(f"{origin}/{chapter.page.as_posix()}", wait_until="load")
+                if tab.query_selector(".plotly-graph-div"):
+                    try:  # after 'load', plotly.js has either run or failed to load
+                        tab.wait_for_function(
+                            "typeof Plotly === 'undefined' || [...document.querySelectorAll('.plotly-graph-div')]"
+                            ".every(d => d.querySelector('svg.main-svg, canvas'))", timeout=20_000)
+                    except Exception:  # noqa: BLE001 - reported by the test through visit.plots
+                        pass
+                tab.wait_for_timeout(300)
+                visit.math, visit.math_drawn = tab.evaluate(
+                    "() => { const m = [...document.querySelectorAll('math')];"
+                    " return [m.length, m.filter(e => { const r = e.getBoundingClientRect();"
+                    " return r.width > 0 && r.height > 0; }).length]; }")
+                visit.plots = tab.evaluate(
+                    "() => Object.fromEntries([...document.querySelectorAll('.plotly-graph-div')]"
+                    ".map(d => [d.id, d.querySelectorAll('svg.main-svg, canvas').length]))")
+                tab.screenshot(path=str(SCREENSHOTS / f"{current}.png"), full_page=True)
+                tab.close()
+                visit.seconds = time.monotonic() - start
+            browser.close()
+    finally:
+        server.shutdown()
+    return visits
+
+
+def real_failures(visit: Visit) -> tuple[list[str], list[str]]:
+    """Console errors and failed requests, less a missing /favicon.ico (the browser asks for one)."""
+    failed = [f for f in visit.failed if not f.endswith("/favicon.ico")]
+    errors = list(visit.console_errors)
+    for _ in range(len(visit.failed) - len(failed)):
+        for i, e in enumerate(errors):
+            if e.startswith("Failed to load resource: the server responded with a status of 404"):
+                del errors[i]
+                break
+    return errors, failed
+
+
+@pytest.mark.parametrize("name", CHAPTER_IDS)
+def test_page_loads_in_chromium_without_errors(browser_visits, name):
+    visit = browser_visits[name]
+    errors, failed = real_failures(visit)
+    problems = [f"console: {e}" for e in errors] + [f"request: {f}" for f in failed] + \
+               [f"blocked, outside _book/: {b}" for b in visit.blocked]
+    if name == "low-rank-helix" and plotly_from_cdn() and problems:
+        pytest.xfail(PENDING_PLOTLY)
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("name", CHAPTER_IDS)
+def test_math_is_typeset(browser_visits, name):
+    chapter = next(c for c in chapters() if c.name == name)
+    has_math = bool(re.search(r"(?<!\\)\$", expand(REPO / chapter.source)))
+    visit = browser_visits[name]
+    if has_math:
+        assert visit.math > 0, "the source has math but the page has no MathML"
+    assert visit.math_drawn == visit.math, f"{visit.math - visit.math_drawn} of {visit.math} formulas not laid out"
+
+
+def test_interactive_helix_is_drawn_by_plotly(browser_visits):
+    plots = browser_visits["low-rank-helix"].plots
+    assert "helix-3d-gpt2" in plots, f"no plotly figure 'helix-3d-gpt2' on the page (found {list(plots)})"
+    if plots["helix-3d-gpt2"] == 0 and plotly_from_cdn():
+        pytest.xfail(PENDING_PLOTLY)
+    assert plots["helix-3d-gpt2"] > 0, "the helix's plot element has no SVG or canvas: plotly did not draw it"
+
+
+def test_every_page_has_a_screenshot(browser_visits):
+    missing = [c.name for c in chapters() if not (SCREENSHOTS / f"{c.name}.png").is_file()]
+    assert not missing, f"no screenshot for {missing}"
+
+
+# --- the PDF ----------------------------------------------------------------------------------
+
+def poppler(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        pytest.skip(f"{tool} is not on PATH (Debian: apt-get install poppler-utils)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def pdf(book) -> Path:
+    pdfs = list(book.glob("*.pdf"))
+    assert len(pdfs) == 1, f"expected one PDF in _book/, found {pdfs}"
+    return pdfs[0]
+
+
+@pytest.fixture(scope="session")
+def pdf_pages(pdf) -> list[str]:
+    """The text of each page, whitespace collapsed."""
+    out = subprocess.run([poppler("pdftotext"), "-enc", "UTF-8", str(pdf), "-"], capture_output=True,
+                         text=True, check=True).stdout
+    return [" ".join(p.split()) for p in out.split("\f")[:-1]]
+
+
+@pytest.fixture(scope="session")
+def pdf_chapters(pdf_pages) -> dict[str, str]:
+    """Each chapter's text: from the page its heading opens to the page before the next one's."""
+    starts = {}
+    for chapter in chapters():
+        pages = [i for i, text in enumerate(pdf_pages) if text.startswith(chapter.heading())]
+        assert pages, f"no page opens with the heading {chapter.heading()!r}"
+        starts[chapter.name] = pages[0]
+    order = sorted(starts.items(), key=lambda kv: kv[1])
+    assert [n for n, _ in order] == CHAPTER_IDS, f"chapters out of order in the PDF: {order}"
+    ends = [s for _, s in order[1:]] + [len(pdf_pages)]
+    return {name: " ".join(pdf_pages[s:e]) for (name, s), e in zip(order, ends)}
+
+
+WORD = re.compile(r'<word xMin="([\d.]+)" yMin="([\d.]+)" xMax="([\d.]+)" yMax="([\d.]+)">([^<]*)</word>')
+
+
+@pytest.fixture(scope="session")
+def pdf_words(pdf) -> list[list[tuple[float, float, float, float, str]]]:
+    """Each page's words with their boxes (x0, y0, x1, y1, text), in points from the top left."""
+    out = subprocess.run([poppler("pdftotext"), "-bbox", str(pdf), "-"], capture_output=True, text=True,
+                         check=True).stdout
+    return [[(float(a), float(b), float(c), float(d), unescape(w)) for a, b, c, d, w in WORD.findall(page)]
+            for page in out.split("<page ")[1:]]
+
+
+def test_pdf_text_stays_in_the_text_block(pdf_words):
+    """No table wider than the text block, no figure or caption running into the page number."""
+    left = Counter(round(w[0]) for page in pdf_words for w in page).most_common(1)[0][0]
+    right = Counter(round(w[2]) for page in pdf_words for w in page).most_common(1)[0][0]
+    outside = []
+    for number, page in enumerate(pdf_words, 1):
+        if not page:
+            continue
+        footer = max(page, key=lambda w: w[3])  # the lowest word: the page number, where there is one
+        for w in page:
+            if w[0] < left - 6 or w[2] > right + 6:
+                outside.append(f"page {number}: {w[4]!r} outside the margins ({w[0]:.0f}-{w[2]:.0f}pt, "
+                               f"text block {left}-{right}pt)")
+            elif w is not footer and footer[4].isdigit() and w[3] > footer[1] - 8:
+                outside.append(f"page {number}: {w[4]!r} runs into the page number")
+    assert not outside, "\n".join(outside[:30])
+
+
+def test_pdf_page_count_is_sane(pdf_pages):
+    assert 40 <= len(pdf_pages) <= 200, f"{len(pdf_pages)} pages"
+
+
+def test_pdf_fonts_are_all_embedded(pdf):
+    out = subprocess.run([poppler("pdffonts"), str(pdf)], capture_output=True, text=True, check=True).stdout
+    rows = out.splitlines()[2:]
+    assert rows, "pdffonts lists no fonts"
+    # columns: name type encoding emb sub uni object-id; the name may hold spaces, so count from the right
+    not_embedded = [row for row in rows if row.split()[-5] != "yes"]
+    assert not not_embedded, "fonts not embedded:\n" + "\n".join(not_embedded)
+
+
+@pytest.mark.parametrize("name", CHAPTER_IDS)
+@pytest.mark.parametrize("kind, word", [("fig", "Figure"), ("tbl", "Table")])
+def test_pdf_places_every_float(pdf_chapters, name, kind, word):
+    """Each chapter's PDF text holds one caption per figure (table) of the source, numbered in order."""
+    chapter = next(c for c in chapters() if c.name == name)
+    expected = len(float_labels(html_only(expand(REPO / chapter.source)), kind))
+    captions = re.findall(rf"\b{word} (\d+)\.(\d+):", pdf_chapters[name])
+    numbers = sorted({int(i) for c, i in captions if chapter.number is not None and int(c) == chapter.number})
+    assert numbers == list(range(1, expected + 1)), f"{word.lower()} captions {numbers}, expected 1..{expected}"
+
+
+VAR = re.compile(r"\{\{<\s*var\s+([\w.]+)\s*>\}\}")
+
+
+def spot_checks(per_chapter: int = 2) -> list[tuple[str, str, str]]:
+    """(chapter, key, value): the first cited numbers of each numbered chapter, outside math and tables."""
+    variables = yaml.safe_load((REPO / "_variables.yml").read_text())
+    picks = []
+    for chapter in chapters():
+        if chapter.number is None:
+            continue
+        text = html_only((REPO / chapter.source).read_text())
+        text = re.sub(r"\$\$.*?\$\$|(?<!\\)\$[^$\n]+?\$|^\|.*$", "", text, flags=re.S | re.M)
+        chosen = []
+        for key in VAR.findall(text):
+            node = variables
+            for part in key.split("."):
+                node = node.get(part) if isinstance(node, dict) else None
+            value = str(node)
+            if node is not None and re.search(r"\d", value) and len(value) >= 3 and value not in chosen:
+                chosen.append(value)
+                picks.append((chapter.name, key, value))
+            if len(chosen) == per_chapter:
+                break
+    return picks
+
+
+@pytest.mark.parametrize("name, key, value", spot_checks(), ids=lambda v: str(v))
+def test_pdf_prints_cited_numbers_where_cited(pdf_chapters, name, key, value):
+    assert " ".join(value.split()) in pdf_chapters[name], f"{key} = {value!r} not in the PDF text of {name}"
