@@ -330,7 +330,9 @@ def helix_3d_html(result: Result, shape: ModelShape) -> str:
                "camera": {"eye": {"x": 1.5, "y": -1.5, "z": 0.8}}},
         height=600, margin={"l": 0, "r": 0, "t": 40, "b": 0}, showlegend=False, template="plotly_white")
     div_id = "helix-3d-" + re.sub(r"[^a-z0-9]+", "-", shape.name.lower()).strip("-")
-    html = fig.to_html(full_html=False, include_plotlyjs="cdn", div_id=div_id)
+    # plotly.js is served by the site itself (copied there by report/_scripts/pre-render.sh), never a CDN;
+    # the path is relative to the chapter's page, report/low-rank-helix.html.
+    html = fig.to_html(full_html=False, include_plotlyjs="_assets/plotly.min.js", div_id=div_id)
     return f"```{{=html}}\n{html}\n```\n"
 
 

@@ -48,24 +48,6 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 RENDER_TIMEOUT_S = 900
 
-# Inputs that still need a change in the Python package (see the README's Rendering section).
-# Each check that depends on one expects a failure while the cache shows the old output, and
-# runs strictly (no xfail) once the cache is regenerated with the fix.
-HELIX_FRAGMENT = REPO / "report/_cache/gpt2/helix/helix_3d.md"
-PENDING_PLOTLY = ("pending change in analyses/helix.py: the cached helix_3d.md loads plotly.js from "
-                  "cdn.plot.ly; it must use <script src=\"_assets/plotly.min.js\"> (the copy that "
-                  "the pre-render step serves)")
-PENDING_SURD = ("pending change in the table writer of common/sinusoidal_identities (shift.md): "
-                "pandoc's MathML writer cannot convert \\surd; write \\sqrt{D}")
-
-
-def plotly_from_cdn() -> bool:
-    return HELIX_FRAGMENT.is_file() and "cdn.plot.ly" in HELIX_FRAGMENT.read_text()
-
-
-def surd_in_cache() -> bool:
-    return any("\\surd" in p.read_text() for p in (REPO / "report/_cache").rglob("*.md"))
-
 
 # --- the book, from _quarto.yml -------------------------------------------------------------
 
@@ -183,8 +165,6 @@ def test_render_succeeds_without_warnings(render):
     assert "pre-render:" in render.log, "the pre-render step (analyses cache, plotly.js) did not run"
     assert (BOOK / "index.html").is_file() and list(BOOK.glob("*.pdf")), "no HTML site or no PDF"
     warnings = warnings_in(render.log)
-    if warnings and surd_in_cache() and all("\\surd" in w for w in warnings):
-        pytest.xfail(PENDING_SURD)
     assert not warnings, "warnings during the render:\n" + "\n".join(warnings)
 
 
@@ -259,16 +239,12 @@ def test_page_text_is_fully_resolved(book, name):
     unresolved = re.findall(r".{0,40}(?:\?@|\?\?).{0,40}", text)
     assert not unresolved, f"unresolved cross-references: {unresolved}"
     raw_tex = re.findall(r".{0,30}(?:\\[A-Za-z]+|\\[()\[\]]|\$\$).{0,30}", text)
-    if raw_tex and name == "sinusoidal-geometry" and surd_in_cache() and all("\\surd" in t for t in raw_tex):
-        pytest.xfail(PENDING_SURD)
     assert not raw_tex, f"raw TeX in the visible text (math not converted): {raw_tex}"
 
 
 @pytest.mark.parametrize("name", CHAPTER_IDS)
 def test_page_loads_nothing_from_outside_the_site(book, name):
     external = [f"<{what}> {url}" for what, url in page(name).loads() if is_external(url)]
-    if name == "low-rank-helix" and plotly_from_cdn() and all("cdn.plot.ly" in e for e in external):
-        pytest.xfail(PENDING_PLOTLY)
     assert not external, "fetched from outside _book/:\n" + "\n".join(external)
 
 
@@ -413,8 +389,6 @@ def test_page_loads_in_chromium_without_errors(browser_visits, name):
     errors, failed = real_failures(visit)
     problems = [f"console: {e}" for e in errors] + [f"request: {f}" for f in failed] + \
                [f"blocked, outside _book/: {b}" for b in visit.blocked]
-    if name == "low-rank-helix" and plotly_from_cdn() and problems:
-        pytest.xfail(PENDING_PLOTLY)
     assert not problems, "\n".join(problems)
 
 
@@ -431,8 +405,6 @@ def test_math_is_typeset(browser_visits, name):
 def test_interactive_helix_is_drawn_by_plotly(browser_visits):
     plots = browser_visits["low-rank-helix"].plots
     assert "helix-3d-gpt2" in plots, f"no plotly figure 'helix-3d-gpt2' on the page (found {list(plots)})"
-    if plots["helix-3d-gpt2"] == 0 and plotly_from_cdn():
-        pytest.xfail(PENDING_PLOTLY)
     assert plots["helix-3d-gpt2"] > 0, "the helix's plot element has no SVG or canvas: plotly did not draw it"
 
 

@@ -70,9 +70,10 @@ def spoken_list(items) -> str:
 
 
 # Symbols that the PDF's default text font (Latin Modern) lacks, written as inline TeX math,
-# which both the HTML (MathJax) and the PDF render.
+# which both the HTML (MathML) and the PDF render. √ is left as text: pandoc has no MathML for \surd,
+# and the PDF's text font has the glyph.
 _MATH_SYMBOLS = {"γ": r"\gamma", "σ": r"\sigma", "ε": r"\varepsilon", "φ": r"\varphi", "ω": r"\omega",
-                 "Σ": r"\Sigma", "‖": r"\|", "≥": r"\geq", "≤": r"\leq", "√": r"\surd", "ᵀ": r"^\top",
+                 "Σ": r"\Sigma", "‖": r"\|", "≥": r"\geq", "≤": r"\leq", "ᵀ": r"^\top",
                  "→": r"\to"}
 
 
