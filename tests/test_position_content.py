@@ -13,8 +13,9 @@ from test_sources import _hub_layout, _sklearn_style_pca
 from analyses.engine.cache import Cache
 from analyses.engine.pipeline import Job, run, select
 from analyses.engine.sources import ModelShape, hub_source, local_source, open_source
-from analyses.position_content import (attention_position_content, interference_ratio, mlp_input_gain,
-                                       mlp_position_content, position_token_subspaces, sum_ratio, token_position_sum)
+from analyses.position_content import (attention_position_content, enrichment_and_z, interference_ratio,
+                                       mlp_input_gain, mlp_position_content, position_token_subspaces, subspace_bases,
+                                       sum_ratio, token_position_sum)
 from analyses.toolkit.subspaces import random_basis
 
 D = 24
@@ -213,6 +214,24 @@ def planted_model(rng: np.random.Generator, d=8, n_heads=2, n_layers=2):
             tensors[f"blocks.{layer}.{name}"] = np.ones(d)
     tensors["embed.ln.w"] = np.ones(d)
     return tensors
+
+
+def test_enrichment_z_is_standardised_over_random_subspaces():
+    rng = np.random.default_rng(13)
+    W = rng.standard_normal((D, 30)) * np.linspace(3, 0.1, 30)
+    draws = np.array([enrichment_and_z(W, random_basis(D, 4, rng), "input") for _ in range(3000)])
+    assert abs(draws[:, 1].mean() - 1) < 4 * draws[:, 1].std() / np.sqrt(len(draws))  # a/(k/D) averages 1
+    assert abs(draws[:, 2].mean()) < 4 / np.sqrt(len(draws)) and abs(draws[:, 2].std() - 1) < 0.05
+    np.testing.assert_allclose(draws[:, 1], draws[:, 0] / (4 / D))
+
+
+def test_position_subspace_is_that_of_p_as_published_not_centred():
+    rng = np.random.default_rng(14)
+    Q = random_basis(D, D, rng)
+    c = rng.standard_normal((40, 1))
+    P = 5.0 * np.outer(np.ones(40), Q[:, 0]) + (c - c.mean()) * Q[:, 1]  # a large mean row along Q_0
+    basis = subspace_bases({"W_pos": P, **token_subspace(Q[:, 2:])}, 1)["P"]
+    assert abs(basis[:, 0] @ Q[:, 0]) == pytest.approx(1, abs=1e-9)  # centring would give Q_1
 
 
 def test_attention_matrices_reading_planted_subspaces():
