@@ -28,7 +28,7 @@ import numpy as np
 
 from analyses.attention_spectra import full_matrix, input_gain
 from analyses.engine.registry import register
-from analyses.engine.results import Number, Result, Table, Text
+from analyses.engine.results import Number, Result, Table, Text, spoken_list
 from analyses.engine.sources import ModelShape
 from analyses.toolkit import plotting
 from analyses.toolkit.linalg import top_right_singular_vectors
@@ -36,6 +36,8 @@ from analyses.toolkit.subspaces import (captured, energy_fraction, principal_ang
                                         random_energy_moments, rotation_trace_moments, sampled_energy_fractions)
 
 TOKEN_SUBSPACE = ("E_centred.S", "E_centred.V")
+BAND = (2.5, 97.5)
+"""Percentiles of the random draws that bound the plotted bands and the reported lower tail."""
 
 
 def usable_ks(ks, available: int, d_model: int) -> tuple[int, ...]:
@@ -70,9 +72,15 @@ def plain_log_ticks(axis) -> None:
     plotting.pyplot()
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
     axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-    axis.set_minor_formatter(NullFormatter())
+    axis.set_major_formatter(plain)
+    low, high = sorted(axis.get_view_interval())
+    if low > 0 and high / low < 10:  # less than a decade: label the minor ticks as well
+        axis.set_minor_locator(LogLocator(subs=(0.6, 0.7, 0.8, 0.9, 1.5, 3.0, 4.0)))
+        axis.set_minor_formatter(plain)
+    else:
+        axis.set_minor_formatter(NullFormatter())
 
 
 # ---------------------------------------------------------------------------
@@ -105,6 +113,8 @@ def position_token_subspaces(tensors: Mapping[str, np.ndarray], shape: ModelShap
         "k_max": Number(max(ks), "d", "largest k reported"),
         "n_random": Number(n_random, "d", "uniformly random subspaces sampled per k"),
         "seed": Number(seed, "d", "seed of the random subspaces"),
+        "band_coverage": Number(BAND[1] - BAND[0], ".0f", "percent of random draws inside the plotted bands"),
+        "band_lo": Number(BAND[0], "g", "lower percentile of the random draws reported"),
         "ones_energy": Number(float(np.sum((P @ ones) ** 2) / np.sum(P**2)), ".2%",
                               "share of ‖P‖² along the all-ones direction, which E_c's directions exclude"),
     }
@@ -132,8 +142,8 @@ def position_token_subspaces(tensors: Mapping[str, np.ndarray], shape: ModelShap
 
     # a second, independent run of the same PCA, where the subspace comes from such files
     replicate = getattr(tensors, "replicate_token_subspace", lambda: None)()
-    arrays = {"curve": curve, "moments": moments, "sampled_lo": np.percentile(sampled, 2.5, axis=0),
-              "sampled_hi": np.percentile(sampled, 97.5, axis=0), "D": np.array(D)}
+    arrays = {"curve": curve, "moments": moments, "sampled_lo": np.percentile(sampled, BAND[0], axis=0),
+              "sampled_hi": np.percentile(sampled, BAND[1], axis=0), "D": np.array(D)}
     if replicate is not None:
         S_b, V_b = replicate
         kb = min(k_curve, V_b.shape[1])
@@ -143,7 +153,7 @@ def position_token_subspaces(tensors: Mapping[str, np.ndarray], shape: ModelShap
         curve_b = np.cumsum(np.sum((P @ V_b[:, :kb]) ** 2, axis=0)) / np.sum(P**2)
         arrays |= {"agreement": agreement, "curve_b": curve_b}
         numbers |= {
-            "replicate_tol": Number(agreement_tol, "sci0", "tolerated 1 − agreement of the two runs' subspaces"),
+            "replicate_tol": Number(agreement_tol, "g", "tolerated 1 − agreement of the two runs' subspaces"),
             "replicate_exact_k": Number(exact_k, "d", "largest k up to which the two PCA runs' top-k subspaces agree "
                                                       "within the tolerance"),
             "replicate_sv_diff_k100": Number(float(np.max(np.abs(S_b[:100] / S_E[:100] - 1))), "sci1",
@@ -168,8 +178,8 @@ def position_token_subspaces(tensors: Mapping[str, np.ndarray], shape: ModelShap
     angle_rows = []
     for k in angle_ks:
         theta = np.degrees(principal_angles(B_P[:, :k], V_E[:, :k]))
-        arrays |= {f"angles_k{k}": theta, f"angles_lo_k{k}": np.percentile(angle_draws[k], 2.5, axis=0),
-                   f"angles_hi_k{k}": np.percentile(angle_draws[k], 97.5, axis=0)}
+        arrays |= {f"angles_k{k}": theta, f"angles_lo_k{k}": np.percentile(angle_draws[k], BAND[0], axis=0),
+                   f"angles_hi_k{k}": np.percentile(angle_draws[k], BAND[1], axis=0)}
         cos2, (mean, sd) = energy_fraction(B_P[:, :k], V_E[:, :k]), random_energy_moments(B_P[:, :k], k)
         null_min = angle_draws[k][:, 0]
         numbers |= {
@@ -177,18 +187,18 @@ def position_token_subspaces(tensors: Mapping[str, np.ndarray], shape: ModelShap
             f"angle_median_k{k}": Number(float(np.median(theta)), ".1f", f"median principal angle (degrees), k = {k}"),
             f"angle_null_min_median_k{k}": Number(float(np.median(null_min)), ".1f",
                                                   f"median smallest angle between P's top-{k} and a random {k}-subspace"),
-            f"angle_null_min_lo_k{k}": Number(float(np.percentile(null_min, 2.5)), ".1f",
-                                              f"2.5th percentile of that smallest angle over random {k}-subspaces"),
+            f"angle_null_min_lo_k{k}": Number(float(np.percentile(null_min, BAND[0])), ".1f",
+                                              f"{BAND[0]:g}th percentile of that smallest angle over random {k}-subspaces"),
             f"cos2_k{k}": Number(cos2, ".3f", f"mean cos² of the principal angles, k = {k}"),
             f"cos2_ratio_k{k}": Number(cos2 / mean, ".2f", f"mean cos² over its random expectation k/D, k = {k}"),
             f"cos2_z_k{k}": Number((cos2 - mean) / sd, ".1f", f"z of the mean cos² against random {k}-subspaces"),
         }
         angle_rows.append((k, theta[0], float(np.median(theta)), float(np.median(null_min)),
-                           float(np.percentile(null_min, 2.5)), cos2, mean, (cos2 - mean) / sd))
+                           float(np.percentile(null_min, BAND[0])), cos2, mean, (cos2 - mean) / sd))
     tables["angles"] = Table(("k", "smallest angle", "median angle", "random: median smallest",
-                              "random: 2.5 % smallest", "mean cos²", "k/D", "z"), tuple(angle_rows),
+                              f"random: {BAND[0]:g} % smallest", "mean cos²", "k/D", "z"), tuple(angle_rows),
                              formats={"smallest angle": ".1f", "median angle": ".1f", "random: median smallest": ".1f",
-                                      "random: 2.5 % smallest": ".1f", "mean cos²": ".4f", "k/D": ".4f", "z": ".1f"})
+                                      f"random: {BAND[0]:g} % smallest": ".1f", "mean cos²": ".4f", "k/D": ".4f", "z": ".1f"})
 
     # Simon's capture: how much of each of E's directions P's top subspace holds, and P's energy by blocks
     B_cap = top_right_singular_vectors(P, capture_k)
@@ -229,6 +239,9 @@ def position_token_subspaces(tensors: Mapping[str, np.ndarray], shape: ModelShap
         "capture_max": Number(float(capture.max()), ".3f", "largest capture of one available direction"),
         "capture_argmax": Number(int(capture.argmax()) + 1, "d", "which direction of E that is"),
     }
+    if k_curve > first:
+        numbers["capture_rest_ratio"] = Number(float(capture[first:].mean()) / chance, ".2f",
+                                               f"mean capture of E's directions {first + 1}–{k_curve} over chance")
     arrays |= {"capture": capture, "capture_sd": np.array(capture_sd), "capture_k": np.array(capture_k),
                "S_E": S_E, "S_P": np.linalg.svd(P, compute_uv=False), "rows_E": np.array(shape.d_vocab),
                "rows_P": np.array(P.shape[0])}
@@ -244,7 +257,8 @@ def plot_energy(result: Result, shape: ModelShape):
     fig, axes = plotting.subplots(1, panels, figsize=(5.2 * panels, 3.8), squeeze=False)
     ax = axes[0, 0]
     ax.fill_between(k, a["sampled_lo"], a["sampled_hi"], color="0.85", lw=0,
-                    label=f"random subspaces, 95 % of {result.numbers['n_random'].text}")
+                    label=f"random subspaces, central {result.numbers['band_coverage'].text} % "
+                          f"of {result.numbers['n_random'].text}")
     ax.plot(k, moments[:, 0], color="0.3", lw=1, ls="--", label="random: k/D")
     ax.plot(k, curve, color="C3", lw=1.6, label="P in E's top-k subspace")
     if "curve_b" in a:
@@ -323,13 +337,13 @@ def plot_angles(result: Result, shape: ModelShape):
     for ax, k in zip(axes[0], ks):
         theta, index = a[f"angles_k{k}"], np.arange(1, k + 1)
         ax.fill_between(index, a[f"angles_lo_k{k}"], a[f"angles_hi_k{k}"], color="0.85", lw=0,
-                        label="P against random k-subspaces, 95 %")
+                        label=f"P against random k-subspaces, central {result.numbers['band_coverage'].text} %")
         ax.plot(index, theta, color="C3", lw=1.4, label="P against E")
         ax.set_title(f"k = {k}")
         ax.set_xlabel("principal angle index")
         ax.set_ylim(0, 90)
     axes[0, 0].set_ylabel("principal angle (degrees)")
-    axes[0, 0].legend(loc="lower right", fontsize=8)
+    axes[0, -1].legend(loc="lower right", fontsize=8)
     fig.suptitle(f"{shape.name}: principal angles between P's and E's top-k subspaces", y=1.02)
     return fig
 
@@ -345,6 +359,10 @@ register(
 
 # ---------------------------------------------------------------------------
 # 2. Norms, and whether adding behaves like concatenating
+
+
+LARGEST = 0.01
+"""The share of sampled pairs with the largest |ρ − 1| whose token norms are reported."""
 
 
 def sum_ratio(T: np.ndarray, Q: np.ndarray) -> np.ndarray:
@@ -383,7 +401,7 @@ def token_position_sum(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, 
     kappa, kappa_sd = interference_ratio(E, P)
     mean_token, mean_position = E.mean(axis=0), P.mean(axis=0)
     kappa_centred, kappa_centred_sd = interference_ratio(E - mean_token, P)
-    largest = np.abs(rho - 1) >= np.percentile(np.abs(rho - 1), 99)
+    largest = np.abs(rho - 1) >= np.percentile(np.abs(rho - 1), 100 * (1 - LARGEST))
     numbers = {
         "n_pairs": Number(n_pairs, "d", "sampled token–position pairs"),
         "seed": Number(seed, "d", "seed of the pairs and of the random directions"),
@@ -415,8 +433,9 @@ def token_position_sum(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, 
         "kappa_centred_z": Number((kappa_centred - 1) / kappa_centred_sd, ".1f", "z of that κ against random rotations"),
         "cos_means": Number(float(mean_token @ mean_position / np.linalg.norm(mean_token) / np.linalg.norm(mean_position)),
                             ".2f", "cosine between the mean token embedding and the mean position embedding"),
+        "largest_dev_share": Number(LARGEST, ".0%", "share of pairs called the largest deviations"),
         "largest_dev_token_norm": Number(float(np.median(np.linalg.norm(t[largest], axis=1))), ".3f",
-                                         "median ‖t‖ in the 1 % of pairs with the largest |ρ − 1|"),
+                                         "median ‖t‖ in that share of pairs with the largest |ρ − 1|"),
     }
     rows = []
     for k in usable_ks(ks, D, D):
@@ -509,7 +528,7 @@ def reading_table(stats: np.ndarray, ks: tuple[int, ...], labels: list[str], pri
 
 
 def attention_position_content(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, ks: tuple[int, ...],
-                               primary_k: int) -> Result:
+                               primary_k: int, strong: float) -> Result:
     """Share of each attention matrix's reading (W_O: writing) energy in P's and in E's top-k subspaces."""
     L, D = shape.n_layers, shape.d_model
     available = np.asarray(tensors["E_centred.V"]).shape[1]
@@ -555,7 +574,13 @@ def attention_position_content(tensors: Mapping[str, np.ndarray], shape: ModelSh
     where = np.unravel_index(int(np.argmax(stats[:, folded, 0, p, 1])), (L, len(folded)))
     numbers["max_p_folded_layer"] = Number(int(where[0]), "d", "its layer")
     numbers["max_p_folded_matrix"] = Text(labels[folded[where[1]]], "its matrix")
-    return Result(numbers, {"reading": reading_table(stats, ks, labels, primary_k)},
+    numbers["strong"] = Number(strong, "g", "enrichment above which a layer counts as reading P strongly")
+    numbers["layers_strong_p"] = Text(
+        spoken_list(layer for layer in range(L) if stats[layer, folded, 0, p, 1].max() > strong),
+        f"layers whose gain-folded W_Q, W_K or W_V reads P's top-{primary_k} above that enrichment")
+    table = reading_table(stats, ks, labels, primary_k)
+    layer0 = Table(table.columns, tuple(row for row in table.rows if row[0] == 0), table.formats)
+    return Result(numbers, {"reading": table, "layer0": layer0},
                   {"stats": stats, "ks": np.array(ks), "primary": np.array(primary_k)})
 
 
@@ -590,7 +615,7 @@ register(
     attention_position_content,
     needs=("W_pos", "E_centred.V", "blocks.*.attn.W_Q", "blocks.*.attn.W_K", "blocks.*.attn.W_V",
            "blocks.*.attn.W_O", "blocks.*.ln1.w", "blocks.*.ln2.w"),
-    params={"ks": (10, 30, 100), "primary_k": 30},
+    params={"ks": (10, 30, 100), "primary_k": 30, "strong": 1.5},
     figures={"reading": plot_reading},
 )
 
@@ -645,9 +670,10 @@ def mlp_position_content(tensors: Mapping[str, np.ndarray], shape: ModelShape, *
                                                       f"layer 0, {labels[v]}: enrichment in {name}'s top-{k}")
                 numbers[f"l0{tag}_{n}_z_k{k}"] = Number(stats[0, v, s, i, 2], ".1f",
                                                         f"layer 0, {labels[v]}: z in {name}'s top-{k}")
-        more_e = int(np.sum(stats[:, v, 1, p, 1] > stats[:, v, 0, p, 1]))
-        numbers[f"n_layers_e_over_p{tag}"] = Number(more_e, "d",
+        more_e = stats[:, v, 1, p, 1] > stats[:, v, 0, p, 1]
+        numbers[f"n_layers_e_over_p{tag}"] = Number(int(more_e.sum()), "d",
                                                     f"layers whose {labels[v]} reads E's top-{primary_k} more than P's")
+        numbers[f"layers_e_over_p{tag}"] = Text(spoken_list(np.nonzero(more_e)[0].tolist()), "those layers")
     numbers["n_layers"] = Number(L, "d", "layers")
     rows = []
     for layer in range(L):

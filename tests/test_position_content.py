@@ -147,7 +147,7 @@ def test_derived_pca_gives_the_numbers_of_the_full_token_embeddings(tmp_path, ti
     assert "computed from the full token embeddings" in a.numbers["token_subspace_origin"].value
     assert "derived/wte_pca500_a.npy" in b.numbers["token_subspace_origin"].value
     assert "replicate_exact_k" not in a.numbers and b.numbers["replicate_exact_k"].value == 5
-    attention = {"ks": (2, 4), "primary_k": 2}
+    attention = {"ks": (2, 4), "primary_k": 2, "strong": 1.5}
     x = attention_position_content(full.tensors, full.shape, **attention)
     y = attention_position_content(derived.tensors, derived.shape, **attention)
     np.testing.assert_allclose(y.arrays["stats"], x.arrays["stats"], rtol=1e-4, atol=1e-6)
@@ -236,12 +236,13 @@ def test_position_subspace_is_that_of_p_as_published_not_centred():
 
 def test_attention_matrices_reading_planted_subspaces():
     tensors = planted_model(np.random.default_rng(8))
-    n = values(attention_position_content(tensors, shape(d=8), ks=(2,), primary_k=2))
+    n = values(attention_position_content(tensors, shape(d=8), ks=(2,), primary_k=2, strong=1.5))
     full, none = 8 / 2, 0.0  # all of the energy in a 2-dimensional subspace of R^8, or none of it
     for key, want in (("l0_q_p", full), ("l0_q_e", none), ("l0_k_e", full), ("l0_k_p", none), ("l0_v_e", full),
                       ("l0_q_raw_p", full), ("l0_o_e", full), ("l0_o_p", none)):
         assert n[key] == pytest.approx(want, abs=1e-9), key
     assert n["n_layers_e_over_p_k"] == 2 and n["n_layers_e_over_p_q"] == 0
+    assert n["layers_strong_p"] == "0 and 1"  # W_Q reads only P in both layers
 
 
 def test_the_layernorm_gain_is_folded_into_what_the_attention_reads():
@@ -249,10 +250,10 @@ def test_the_layernorm_gain_is_folded_into_what_the_attention_reads():
     tensors = planted_model(rng)
     tensors["blocks.0.attn.W_Q"] = heads_in(rng.standard_normal((8, 8)), 2)  # reads everything
     tensors["blocks.0.ln1.w"] = np.array([1e-3, 1e-3, 1, 1, 1, 1, 1, 1.0])  # but the gain mutes P's dimensions
-    n = values(attention_position_content(tensors, shape(d=8), ks=(2,), primary_k=2))
+    n = values(attention_position_content(tensors, shape(d=8), ks=(2,), primary_k=2, strong=1.5))
     assert n["l0_q_raw_p"] > 0.2 and n["l0_q_p"] < 1e-4
     bert = values(attention_position_content(tensors | {"embed.ln.w": np.ones(8)}, shape("bert", d=8), ks=(2,),
-                                             primary_k=2))
+                                             primary_k=2, strong=1.5))
     assert bert["l0_q_p"] == pytest.approx(bert["l0_q_raw_p"])  # BERT's layer 0 reads the embedding LayerNorm
 
 
@@ -261,7 +262,7 @@ def test_mlp_reads_planted_token_subspace_through_the_right_gain():
     tensors = planted_model(rng)
     n = values(mlp_position_content(tensors, shape(d=8), ks=(2,), primary_k=2, curve_k=3))
     assert n["l0_e_k2"] == pytest.approx(4) and n["l0_p_k2"] == pytest.approx(0, abs=1e-12)
-    assert n["n_layers_e_over_p"] == 2
+    assert n["n_layers_e_over_p"] == 2 and n["layers_e_over_p"] == "0 and 1"
     tensors["blocks.0.ln1.w"], tensors["blocks.0.ln2.w"] = np.full(8, 2.0), np.full(8, 3.0)
     assert mlp_input_gain(tensors, shape("gpt2", d=8), 0)[0] == 3.0  # GPT-2: ln_2 sits before the MLP
     assert mlp_input_gain(tensors, shape("bert", d=8), 0)[0] == 2.0  # BERT: the attention output's LayerNorm
@@ -275,7 +276,7 @@ def _small(name: str):
     params = {"position_token_subspaces": {"ks": (2, 4), "angle_ks": (2,), "capture_k": 2, "n_random": 5, "seed": 0,
                                            "agreement_tol": 1e-4},
               "token_position_sum": {"n_pairs": 50, "seed": 0, "ks": (2,)},
-              "attention_position_content": {"ks": (2, 4), "primary_k": 2},
+              "attention_position_content": {"ks": (2, 4), "primary_k": 2, "strong": 1.5},
               "mlp_position_content": {"ks": (2, 4), "primary_k": 2, "curve_k": 4}}[name]
     return dataclasses.replace(select([name])[0], params=params)
 
