@@ -28,6 +28,7 @@ from scipy.linalg import svd, svdvals
 
 from analyses.toolkit import plotting
 from analyses.toolkit.linalg import effective_rank, top_right_singular_vectors
+from analyses.toolkit.subspaces import energy_fraction
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table
 from analyses.engine.sources import ModelShape
@@ -68,13 +69,6 @@ def input_gain(tensors: Mapping[str, np.ndarray], shape: ModelShape, layer: int)
     else:
         name = "embed.ln.w" if layer == 0 else f"blocks.{layer - 1}.ln2.w"
     return np.asarray(tensors[name], dtype=np.float64)
-
-
-def energy_fraction(W: np.ndarray, basis: np.ndarray, side: str = "input") -> float:
-    """a(W) = ‖Bᵀ W‖²/‖W‖² (side "input": rows of W index the space of B) or ‖W B‖²/‖W‖² ("output")."""
-    W, basis = np.asarray(W, dtype=np.float64), np.asarray(basis, dtype=np.float64)
-    part = basis.T @ W if side == "input" else W @ basis
-    return float(np.sum(part**2) / np.sum(W**2))
 
 
 # ---------------------------------------------------------------------------

@@ -391,3 +391,36 @@ def test_fingerprinted_libraries_are_pinned_by_the_lock_and_installed_as_pinned(
     versions = library_versions(("torch", "transformers", "tokenizers"))
     versions.pop("python")
     assert {name: (pins.get(name), v) for name, v in versions.items() if pins.get(name) != v} == {}
+
+
+def test_cited_values_stay_strings_for_a_yaml_1_2_reader(cache, tmp_path):
+    """Quarto reads _variables.yml as YAML 1.2, where a plain 6.68e5 is the number 668000 and 1e-4 a float:
+    every value that looks like a number must be written quoted, the rest may stay plain."""
+    outputs = Outputs()
+    numbers = {"sci": "6.68e5", "small": "1e-4", "zero": "0.00e0", "int": "12", "pct": "90.4%", "word": "none",
+               "boolean": "true", "empty": "", "neg": "-0.5", "list": "3, 4 and 7"}
+    outputs.add_json("numbers.json", {k: {"value": 0, "text": v, "description": ""} for k, v in numbers.items()})
+    manifest = {"status": "ok", "reason": None, "input": input_fingerprint(None, "c" * 64, {}, library_versions()),
+                "shape": None}
+    cache.write("common", "x", manifest, outputs)
+    text = index.build(cache, [("common", "x")]).variables
+    for key in ("sci", "small", "zero", "int", "boolean", "empty", "neg"):
+        assert f"{key}: '{numbers[key]}'" in text, key
+    assert "pct: 90.4%" in text and "word: none" in text and "list: 3, 4 and 7" in text
+    assert yaml.safe_load(text)["common"]["x"] == {"status": "ok", **numbers}
+
+
+def test_family_needs_are_checked_only_for_their_family(cache, tiny_checkpoint):
+    def reads(tensors, shape):
+        return Result({"n": Number(1, "d")})
+
+    source = local_source("tiny-gpt2", tiny_checkpoint)
+    analysis = Analysis("family_probe", "Family probe", reads, needs=("W_pos",),
+                        family_needs={"bert": ("embed.ln.w",), "gpt2": ("blocks.*.ln1.w",)})
+    job = Job(analysis, "tiny_gpt2", source)
+    assert job.needs == ("W_pos", "blocks.*.ln1.w")
+    run([job], cache, progress=False)
+    assert cache.manifest("tiny_gpt2", "family_probe")["status"] == "ok"  # BERT's embed.ln.w is not asked for
+    gpt2_only = Analysis("gpt2_probe", "GPT-2 probe", reads, family_needs={"gpt2": ("W_E",)})
+    run([Job(gpt2_only, "tiny_gpt2", source)], cache, progress=False)
+    assert cache.manifest("tiny_gpt2", "gpt2_probe")["status"] == "skipped"

@@ -506,11 +506,34 @@ def test_pdf_places_every_float(pdf_chapters, name, kind, word):
 
 
 VAR = re.compile(r"\{\{<\s*var\s+([\w.]+)\s*>\}\}")
+NUMBER = re.compile(r"[-+]?[\d,]*\.?\d+(e[-+]?\d+)?%?")
+"""A cited value that is a number as the text prints it: 12, 0.912, 1,024, 90.4%, 6.68e5."""
+
+
+def cited(text: str) -> list[tuple[str, object]]:
+    """(key, value) of every {{< var >}} in a chapter's text, values as _variables.yml holds them."""
+    variables = yaml.safe_load((REPO / "_variables.yml").read_text())
+    out = []
+    for key in VAR.findall(text):
+        node = variables
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        out.append((key, node))
+    return out
+
+
+@pytest.mark.parametrize("name", CHAPTER_IDS)
+def test_scientific_values_print_as_written(book, name):
+    """A value such as 6.68e5 reaches the page as 6.68e5, not as a number Quarto re-formatted (668000)."""
+    chapter = next(c for c in chapters() if c.name == name)
+    text = page(name).visible
+    wrong = [f"{key} = {value}" for key, value in cited(html_only((REPO / chapter.source).read_text()))
+             if isinstance(value, str) and re.fullmatch(r"[-+]?\d+(\.\d+)?e[-+]?\d+", value) and value not in text]
+    assert not wrong, "cited values missing from the page as written:\n" + "\n".join(wrong)
 
 
 def spot_checks(per_chapter: int = 2) -> list[tuple[str, str, str]]:
     """(chapter, key, value): the first cited numbers of each numbered chapter, outside math and tables."""
-    variables = yaml.safe_load((REPO / "_variables.yml").read_text())
     picks = []
     for chapter in chapters():
         if chapter.number is None:
@@ -518,12 +541,8 @@ def spot_checks(per_chapter: int = 2) -> list[tuple[str, str, str]]:
         text = html_only((REPO / chapter.source).read_text())
         text = re.sub(r"\$\$.*?\$\$|(?<!\\)\$[^$\n]+?\$|^\|.*$", "", text, flags=re.S | re.M)
         chosen = []
-        for key in VAR.findall(text):
-            node = variables
-            for part in key.split("."):
-                node = node.get(part) if isinstance(node, dict) else None
-            value = str(node)
-            if node is not None and re.search(r"\d", value) and len(value) >= 3 and value not in chosen:
+        for key, value in cited(text):
+            if isinstance(value, str) and NUMBER.fullmatch(value) and len(value) >= 3 and value not in chosen:
                 chosen.append(value)
                 picks.append((chapter.name, key, value))
             if len(chosen) == per_chapter:

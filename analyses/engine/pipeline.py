@@ -39,11 +39,15 @@ class Job:
         return f"{self.scope}/{self.analysis.name}"
 
     @property
+    def needs(self) -> tuple[str, ...]:
+        return self.analysis.needs_for(self.source.shape.family) if self.source else self.analysis.needs
+
+    @property
     def unavailable(self) -> bool:
         return self.analysis.scope == "model" and self.source is None
 
     def inputs(self) -> dict:
-        weights = self.source.fingerprint_for(self.analysis.needs) if self.source else None
+        weights = self.source.fingerprint_for(self.needs) if self.source else None
         return input_fingerprint(weights, self.analysis.code_hash(), dict(self.analysis.params),
                                  library_versions(self.analysis.libraries))
 
@@ -106,7 +110,7 @@ def execute(job: Job, cache: Cache, inputs: dict) -> dict:
     manifest = {"analysis": job.analysis.name, "title": job.analysis.title, "scope": job.scope,
                 "model": job.source.name if job.source else None,
                 "shape": job.source.shape.as_dict() if job.source else None, "input": inputs}
-    missing = job.source.missing(job.analysis.needs) if job.source else []
+    missing = job.source.missing(job.needs) if job.source else []
     if missing:
         manifest.update(status="skipped", reason=(
             f"This checkpoint of {job.source.name} does not contain {', '.join(f'`{m}`' for m in missing)}, "

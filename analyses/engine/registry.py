@@ -49,7 +49,8 @@ class Analysis:
     `scope` is "model" (runs once per model, on that model's tensors: called as
     compute(tensors, shape, **params)) or "common" (needs no weights: called as
     compute(**params), cached once). `needs` lists canonical tensor names (a `blocks.*.`
-    pattern means every layer) and `tokenizer` when it tokenises text. `libraries` names
+    pattern means every layer) and `tokenizer` when it tokenises text; `family_needs` adds
+    what only one model family reads (e.g. BERT's embedding LayerNorm). `libraries` names
     installed distributions beyond the base set (see `engine.fingerprints`) whose versions
     can change its output, e.g. torch for an analysis that runs a model.
     """
@@ -63,6 +64,11 @@ class Analysis:
     files: Mapping[str, FileFn] = field(default_factory=dict)
     scope: str = "model"
     libraries: tuple[str, ...] = ()
+    family_needs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def needs_for(self, family: str) -> tuple[str, ...]:
+        """What this analysis reads from a model of the given family ("gpt2" or "bert")."""
+        return (*self.needs, *self.family_needs.get(family, ()))
 
     def run(self, tensors: Mapping | None, shape: ModelShape | None) -> Result:
         if self.scope == "common":

@@ -1,0 +1,733 @@
+"""Position against content: where the position embeddings P sit relative to the token embeddings E, and
+which of the two subspaces the attention weights and the first MLP read.
+
+Subspaces. P's top-k subspace B_P,k: the top-k right singular vectors of P as published (uncentred),
+as in the attention-alignment analysis. E's top-k subspace B_E,k: the top-k right singular vectors of the
+row-centred token embeddings E_c = E − m 1ᵀ (the named quantity `E_centred.V`), computed from `W_E` when the
+checkpoint has it and read from a saved rank-k PCA otherwise (GPT-2 offline: only E's top directions, exact
+to about the first hundred, and no token norms).
+
+Measures (one definition each, in `analyses.toolkit.subspaces`):
+
+* energy fraction a(W; B) = ‖Bᵀ W‖²_F / ‖W‖²_F (a matrix that reads R^D through its rows) or
+  ‖W B‖²_F / ‖W‖²_F (one whose rows live in R^D, like P and E, or that writes into it, like W_O); a
+  uniformly random k-subspace gives exactly k/D in expectation, with a closed-form standard deviation;
+* enrichment a / (k/D) and z = (a − k/D) / sd against random subspaces of the same dimension;
+* principal angles between two subspaces; Simon's capture c_j = v_jᵀ Π v_j of each of E's directions v_j
+  by P's top subspace;
+* for the sum of a token and a position, ρ = ‖t + p‖ / √(‖t‖² + ‖p‖²) (1 when t ⊥ p), and the interference
+  ratio κ = D ‖E Pᵀ‖²_F / (‖E‖²_F ‖P‖²_F): the mean squared dot product over all token–position pairs
+  relative to what a uniformly random rotation of P gives (κ = 1 in expectation), 0 for orthogonal row spaces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from analyses.attention_spectra import full_matrix, input_gain
+from analyses.engine.registry import register
+from analyses.engine.results import Number, Result, Table, Text, spoken_list
+from analyses.engine.sources import ModelShape
+from analyses.toolkit import plotting
+from analyses.toolkit.linalg import top_right_singular_vectors
+from analyses.toolkit.subspaces import (captured, energy_fraction, principal_angles, random_basis,
+                                        random_energy_moments, rotation_trace_moments, sampled_energy_fractions)
+
+TOKEN_SUBSPACE = ("E_centred.S", "E_centred.V")
+BAND = (2.5, 97.5)
+"""Percentiles of the random draws that bound the plotted bands and the reported lower tail."""
+
+
+def usable_ks(ks, available: int, d_model: int) -> tuple[int, ...]:
+    """The ks that the available token directions allow and that are proper subspaces (k < D)."""
+    out = tuple(int(k) for k in ks if 0 < k <= available and k < d_model)
+    if not out:
+        raise ValueError(f"none of k = {tuple(ks)} fits {available} token directions in D = {d_model}")
+    return out
+
+
+def origin_of(tensors: Mapping, name: str) -> str:
+    """Where a named quantity comes from, in words (the source's own account when it has one)."""
+    origin = getattr(tensors, "origin", None)
+    return origin(name) if origin else "given directly to the analysis"
+
+
+def enrichment_and_z(W: np.ndarray, basis: np.ndarray, side: str) -> tuple[float, float, float]:
+    """(a, a/(k/D), z) of W in the subspace spanned by `basis`, against uniformly random subspaces of its dimension."""
+    k = basis.shape[1]
+    a = energy_fraction(W, basis, side)
+    mean, sd = random_energy_moments(W, k, side)
+    return a, a / mean, (a - mean) / sd if sd > 0 else 0.0
+
+
+def random_capture_sd(k: int, D: int) -> float:
+    """Standard deviation of one unit vector's capture by a uniformly random k-subspace (Beta(k/2, (D−k)/2))."""
+    return random_energy_moments(np.eye(D, 1), k, "input")[1]
+
+
+def plain_log_ticks(axis) -> None:
+    """Label a log axis (or colour bar axis) at 1, 2, 5 × powers of ten in plain numbers, not as 10^n."""
+    plotting.pyplot()
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(plain)
+    low, high = sorted(axis.get_view_interval())
+    if low > 0 and high / low < 10:  # less than a decade: label the minor ticks as well
+        axis.set_minor_locator(LogLocator(subs=(0.6, 0.7, 0.8, 0.9, 1.5, 3.0, 4.0)))
+        axis.set_minor_formatter(plain)
+    else:
+        axis.set_minor_formatter(NullFormatter())
+
+
+# ---------------------------------------------------------------------------
+# 1. Overlap of the two subspaces
+
+
+def position_token_subspaces(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, ks: tuple[int, ...],
+                             angle_ks: tuple[int, ...], capture_k: int, n_random: int, seed: int,
+                             agreement_tol: float) -> Result:
+    """P's energy in E's top-k subspace against random subspaces; principal angles; Simon's capture plot."""
+    D = shape.d_model
+    P = np.asarray(tensors["W_pos"], dtype=np.float64)
+    S_E, V_E = np.asarray(tensors["E_centred.S"]), np.asarray(tensors["E_centred.V"])
+    available = V_E.shape[1]
+    ks = usable_ks(ks, available, D)
+    angle_ks = usable_ks(angle_ks, available, D)
+    k_curve = min(available, D - 1)
+    rng = np.random.default_rng(seed)
+
+    # energy of P in E's top-k subspace, every k, against the closed form and sampled random subspaces
+    per_direction = np.sum((P @ V_E[:, :k_curve]) ** 2, axis=0) / np.sum(P**2)
+    curve = np.cumsum(per_direction)
+    ks_all = np.arange(1, k_curve + 1)
+    moments = np.stack(random_energy_moments(P, ks_all, "output"), axis=1)
+    sampled = sampled_energy_fractions(P, ks_all, n_random, rng, side="output")
+    ones = np.ones(D) / np.sqrt(D)
+    numbers = {
+        "token_subspace_origin": Text(origin_of(tensors, "E_centred.V"), "where E's top directions come from"),
+        "k_available": Number(available, "d", "token directions available (columns of E_centred.V)"),
+        "k_max": Number(max(ks), "d", "largest k reported"),
+        "n_random": Number(n_random, "d", "uniformly random subspaces sampled per k"),
+        "seed": Number(seed, "d", "seed of the random subspaces"),
+        "band_coverage": Number(BAND[1] - BAND[0], ".0f", "percent of random draws inside the plotted bands"),
+        "band_lo": Number(BAND[0], "g", "lower percentile of the random draws reported"),
+        "ones_energy": Number(float(np.sum((P @ ones) ** 2) / np.sum(P**2)), ".2%",
+                              "share of ‖P‖² along the all-ones direction, which E_c's directions exclude"),
+    }
+    rows = []
+    for k in ks:
+        a, (mean, sd) = curve[k - 1], moments[k - 1]
+        below = float(np.mean(sampled[:, k - 1] <= a))
+        numbers |= {
+            f"energy_k{k}": Number(a, ".2%", f"share of ‖P‖² in E's top-{k} subspace"),
+            f"chance_k{k}": Number(mean, ".1%", f"k/D for k = {k}"),
+            f"ratio_k{k}": Number(a / mean, ".2f", f"energy over chance at k = {k}"),
+            f"sd_k{k}": Number(sd, ".2%", f"sd of the energy over random {k}-subspaces (closed form)"),
+            f"z_k{k}": Number((a - mean) / sd, ".1f", f"z of the energy against random {k}-subspaces"),
+            f"below_k{k}": Number(below, ".1%", f"share of the sampled random {k}-subspaces holding at most P's energy"),
+            f"sampled_sd_k{k}": Number(float(sampled[:, k - 1].std()), ".2%",
+                                       f"sd of the energy over the sampled random {k}-subspaces"),
+        }
+        rows.append((k, a, mean, a / mean, sd, float(sampled[:, k - 1].std()), (a - mean) / sd, below))
+    columns = ("k", "energy of P", "k/D", "ratio", "sd (exact)", "sd (sampled)", "z", "random ≤ P")
+    formats = {"energy of P": ".2%", "k/D": ".1%", "ratio": ".3f", "sd (exact)": ".2%", "sd (sampled)": ".2%",
+               "z": ".1f", "random ≤ P": ".1%"}
+    k_max = max(ks)
+    for key in ("energy", "chance", "ratio", "z"):
+        numbers[f"{key}_kmax"] = numbers[f"{key}_k{k_max}"]
+
+    # a second, independent run of the same PCA, where the subspace comes from such files
+    replicate = getattr(tensors, "replicate_token_subspace", lambda: None)()
+    arrays = {"curve": curve, "moments": moments, "sampled_lo": np.percentile(sampled, BAND[0], axis=0),
+              "sampled_hi": np.percentile(sampled, BAND[1], axis=0), "D": np.array(D)}
+    if replicate is not None:
+        S_b, V_b = replicate
+        kb = min(k_curve, V_b.shape[1])
+        agreement = np.array([energy_fraction(V_E[:, :k], V_b[:, :k]) for k in range(1, kb + 1)])
+        exact = np.nonzero(1 - agreement > agreement_tol)[0]
+        exact_k = int(exact[0]) if exact.size else kb  # the last k before the first disagreement
+        curve_b = np.cumsum(np.sum((P @ V_b[:, :kb]) ** 2, axis=0)) / np.sum(P**2)
+        arrays |= {"agreement": agreement, "curve_b": curve_b}
+        numbers |= {
+            "replicate_tol": Number(agreement_tol, "g", "tolerated 1 − agreement of the two runs' subspaces"),
+            "replicate_exact_k": Number(exact_k, "d", "largest k up to which the two PCA runs' top-k subspaces agree "
+                                                      "within the tolerance"),
+            "replicate_sv_diff_k100": Number(float(np.max(np.abs(S_b[:100] / S_E[:100] - 1))), "sci1",
+                                             "largest relative difference of the two runs' top-100 singular values"),
+            "replicate_energy_kmax": Number(curve_b[k_max - 1], ".2%", "P's energy in the second run's top-k_max subspace"),
+        }
+        for k in ks:
+            numbers[f"replicate_agreement_k{k}"] = Number(agreement[k - 1], ".4f",
+                                                          f"mean cos² of the principal angles between the runs' top-{k}")
+        columns += ("energy (run b)", "runs agree")
+        formats |= {"energy (run b)": ".2%", "runs agree": ".5f"}
+        rows = [(*row, curve_b[row[0] - 1], agreement[row[0] - 1]) for row in rows]
+    tables = {"energy": Table(columns, tuple(rows), formats=formats)}
+
+    # principal angles between P's and E's top-k subspaces, against random k-subspaces
+    B_P = top_right_singular_vectors(P, max(angle_ks))
+    angle_draws = {k: np.empty((n_random, k)) for k in angle_ks}
+    for i in range(n_random):
+        R = random_basis(D, max(angle_ks), rng)
+        for k in angle_ks:
+            angle_draws[k][i] = np.degrees(principal_angles(B_P[:, :k], R[:, :k]))
+    angle_rows = []
+    for k in angle_ks:
+        theta = np.degrees(principal_angles(B_P[:, :k], V_E[:, :k]))
+        arrays |= {f"angles_k{k}": theta, f"angles_lo_k{k}": np.percentile(angle_draws[k], BAND[0], axis=0),
+                   f"angles_hi_k{k}": np.percentile(angle_draws[k], BAND[1], axis=0)}
+        cos2, (mean, sd) = energy_fraction(B_P[:, :k], V_E[:, :k]), random_energy_moments(B_P[:, :k], k)
+        null_min = angle_draws[k][:, 0]
+        numbers |= {
+            f"angle_min_k{k}": Number(theta[0], ".1f", f"smallest principal angle (degrees) between P's and E's top-{k}"),
+            f"angle_median_k{k}": Number(float(np.median(theta)), ".1f", f"median principal angle (degrees), k = {k}"),
+            f"angle_null_min_median_k{k}": Number(float(np.median(null_min)), ".1f",
+                                                  f"median smallest angle between P's top-{k} and a random {k}-subspace"),
+            f"angle_null_min_lo_k{k}": Number(float(np.percentile(null_min, BAND[0])), ".1f",
+                                              f"{BAND[0]:g}th percentile of that smallest angle over random {k}-subspaces"),
+            f"cos2_k{k}": Number(cos2, ".3f", f"mean cos² of the principal angles, k = {k}"),
+            f"cos2_ratio_k{k}": Number(cos2 / mean, ".2f", f"mean cos² over its random expectation k/D, k = {k}"),
+            f"cos2_z_k{k}": Number((cos2 - mean) / sd, ".1f", f"z of the mean cos² against random {k}-subspaces"),
+        }
+        angle_rows.append((k, theta[0], float(np.median(theta)), float(np.median(null_min)),
+                           float(np.percentile(null_min, BAND[0])), cos2, mean, (cos2 - mean) / sd))
+    tables["angles"] = Table(("k", "smallest angle", "median angle", "random: median smallest",
+                              f"random: {BAND[0]:g} % smallest", "mean cos²", "k/D", "z"), tuple(angle_rows),
+                             formats={"smallest angle": ".1f", "median angle": ".1f", "random: median smallest": ".1f",
+                                      f"random: {BAND[0]:g} % smallest": ".1f", "mean cos²": ".4f", "k/D": ".4f", "z": ".1f"})
+
+    # Simon's capture: how much of each of E's directions P's top subspace holds, and P's energy by blocks
+    B_cap = top_right_singular_vectors(P, capture_k)
+    capture = captured(V_E[:, :k_curve], B_cap)
+    chance, capture_sd = capture_k / D, random_capture_sd(capture_k, D)
+    edges = [0, *[k for k in ks if k <= k_curve]]
+    if edges[-1] < k_curve:
+        edges.append(k_curve)
+    block_rows = []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        energy = curve[hi - 1] - (curve[lo - 1] if lo else 0.0)
+        block_rows.append((f"{lo + 1}–{hi}", hi - lo, energy, energy / ((hi - lo) / D),
+                           float(capture[lo:hi].mean()), float(capture[lo:hi].mean()) / chance))
+    rest = D - k_curve
+    if rest:  # the complement of the available directions: known as a whole, not direction by direction
+        energy = 1 - curve[-1]
+        rest_capture = (capture_k - capture.sum()) / rest
+        block_rows.append((f"{k_curve + 1}–{D} (complement)" if rest > 1 else f"{D} (the all-ones direction)", rest, energy, energy / (rest / D), rest_capture,
+                           rest_capture / chance))
+        numbers |= {"complement_dims": Number(rest, "d", "dimensions outside the available token directions"),
+                    "complement_energy": Number(energy, ".1%", "share of ‖P‖² outside E's available directions"),
+                    "complement_share": Number(rest / D, ".1%", "their share of the D dimensions"),
+                    "complement_capture_ratio": Number(rest_capture / chance, ".2f",
+                                                       "mean capture of the complement's directions over chance")}
+    tables["blocks"] = Table(("E's directions", "dimensions", "energy of P", "energy / chance",
+                              f"capture by P's top {capture_k}", "capture / chance"), tuple(block_rows),
+                             formats={"energy of P": ".2%", "energy / chance": ".3f",
+                                      f"capture by P's top {capture_k}": ".4f", "capture / chance": ".3f"})
+    first = min(10, k_curve)
+    first_sd = random_energy_moments(V_E[:, :first], capture_k)[1]  # the mean capture of `first` orthonormal directions
+    numbers |= {
+        "capture_k": Number(capture_k, "d", "dimension of P's subspace in the capture plot"),
+        "capture_chance": Number(chance, ".2%", "capture of one direction by a random subspace of that dimension"),
+        "capture_first10_ratio": Number(float(capture[:first].mean()) / chance, ".2f",
+                                        "mean capture of E's first ten directions over chance"),
+        "capture_first10_z": Number((float(capture[:first].mean()) - chance) / first_sd, ".1f",
+                                    "z of that mean against random subspaces (exact sd)"),
+        "capture_max": Number(float(capture.max()), ".3f", "largest capture of one available direction"),
+        "capture_argmax": Number(int(capture.argmax()) + 1, "d", "which direction of E that is"),
+    }
+    if k_curve > first:
+        numbers["capture_rest_ratio"] = Number(float(capture[first:].mean()) / chance, ".2f",
+                                               f"mean capture of E's directions {first + 1}–{k_curve} over chance")
+    arrays |= {"capture": capture, "capture_sd": np.array(capture_sd), "capture_k": np.array(capture_k),
+               "S_E": S_E, "S_P": np.linalg.svd(P, compute_uv=False), "rows_E": np.array(shape.d_vocab),
+               "rows_P": np.array(P.shape[0])}
+    return Result(numbers, tables, arrays)
+
+
+def plot_energy(result: Result, shape: ModelShape):
+    """P's energy in E's top-k subspace against k, with random subspaces; with a replicate, the runs' agreement."""
+    a = result.arrays
+    curve, moments, D = a["curve"], a["moments"], int(a["D"])
+    k = np.arange(1, curve.size + 1)
+    panels = 2 if "agreement" in a else 1
+    fig, axes = plotting.subplots(1, panels, figsize=(5.2 * panels, 3.8), squeeze=False)
+    ax = axes[0, 0]
+    ax.fill_between(k, a["sampled_lo"], a["sampled_hi"], color="0.85", lw=0,
+                    label=f"random subspaces, central {result.numbers['band_coverage'].text} % "
+                          f"of {result.numbers['n_random'].text}")
+    ax.plot(k, moments[:, 0], color="0.3", lw=1, ls="--", label="random: k/D")
+    ax.plot(k, curve, color="C3", lw=1.6, label="P in E's top-k subspace")
+    if "curve_b" in a:
+        ax.plot(np.arange(1, a["curve_b"].size + 1), a["curve_b"], color="C0", lw=1.2, ls=(0, (2, 2)),
+                label="same, second PCA run (on top)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("k (E's top-k directions)")
+    ax.set_ylabel(r"share of $\|P\|_F^2$ (log scale)")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.set_title(f"{shape.name}: P against E's top subspaces (D = {D})")
+    if panels == 2:
+        ax = axes[0, 1]
+        ax.plot(np.arange(1, a["agreement"].size + 1), np.clip(1 - a["agreement"], 1e-12, None), color="C0")
+        ax.axhline(result.numbers["replicate_tol"].value, color="0.4", lw=0.8, ls="--", label="tolerance")
+        ax.axvline(result.numbers["replicate_exact_k"].value, color="C3", lw=0.8, ls=":",
+                   label=f"k = {result.numbers['replicate_exact_k'].text}")
+        ax.set_yscale("log")
+        ax.set_xlabel("k")
+        ax.set_ylabel("1 − mean cos² between the runs' top-k")
+        ax.set_title("two independent PCA runs of the token embeddings")
+        ax.legend(loc="upper left", fontsize=8)
+    return fig
+
+
+def plot_spectra(result: Result, shape: ModelShape):
+    """Both singular spectra, per row: σ_i/√rows is the root-mean-square coordinate of a row along direction i."""
+    a = result.arrays
+    fig, ax = plotting.subplots(figsize=(6.0, 3.8))
+    for key, rows, label, colour in (("S_P", "rows_P", "position embeddings P (uncentred)", "C3"),
+                                     ("S_E", "rows_E", "token embeddings E_c (row-centred)", "C0")):
+        s = a[key] / np.sqrt(float(a[rows]))
+        s = s[s > 1e-6 * s[0]]  # E_c's null direction (the all-ones vector, removed by the centring) is left out
+        ax.plot(np.arange(1, s.size + 1), s, color=colour, lw=1.4, label=f"{label}, {s.size} values")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("index i")
+    ax.set_ylabel(r"$\sigma_i / \sqrt{\mathrm{rows}}$ (RMS coordinate of a row)")
+    ax.set_title(f"{shape.name}: singular spectra of P and E")
+    ax.legend(loc="lower left", fontsize=8)
+    return fig
+
+
+def plot_capture(result: Result, shape: ModelShape):
+    """Simon's plot: the capture of each of E's directions by P's top subspace, with the random-subspace band."""
+    a = result.arrays
+    capture, D, k = a["capture"], int(a["D"]), int(a["capture_k"])
+    j = np.arange(1, capture.size + 1)
+    fig, ax = plotting.subplots(figsize=(7.0, 3.6))
+    sd = float(a["capture_sd"])
+    ax.axhspan(max(k / D - 2 * sd, 0), k / D + 2 * sd, color="0.88", lw=0, label="random subspace: mean ± 2 sd")
+    ax.axhline(k / D, color="0.3", lw=0.8, ls="--")
+    ax.plot(j, capture, ".", ms=2.5, color="C0", label="E's direction j")
+    window = 10
+    if capture.size >= window:
+        smooth = np.convolve(capture, np.ones(window) / window, mode="valid")
+        ax.plot(j[window // 2:window // 2 + smooth.size], smooth, color="C0", lw=1.2, label=f"moving mean of {window}")
+    if capture.size < D:
+        rest = (k - capture.sum()) / (D - capture.size)
+        ax.hlines(rest, capture.size + 1, D, color="C3", lw=2, label="mean over the complement")
+    ax.set_xlim(0, D + 1)
+    ax.set_yscale("symlog", linthresh=1e-3)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("direction j of E (by singular value)")
+    ax.set_ylabel(rf"$v_j^\top \Pi\, v_j$, $\Pi$ onto P's top {k} (symlog)")
+    ax.set_title(f"{shape.name}: how much of each token direction P's top-{k} subspace holds")
+    ax.legend(loc="upper left", fontsize=8)
+    return fig
+
+
+def plot_angles(result: Result, shape: ModelShape):
+    """Principal angles between P's and E's top-k subspaces against the smallest angle to random subspaces."""
+    a = result.arrays
+    ks = [int(key[len("angles_k"):]) for key in a if key.startswith("angles_k")]
+    fig, axes = plotting.subplots(1, len(ks), figsize=(3.4 * len(ks), 3.4), sharey=True, squeeze=False)
+    for ax, k in zip(axes[0], ks):
+        theta, index = a[f"angles_k{k}"], np.arange(1, k + 1)
+        ax.fill_between(index, a[f"angles_lo_k{k}"], a[f"angles_hi_k{k}"], color="0.85", lw=0,
+                        label=f"P against random k-subspaces, central {result.numbers['band_coverage'].text} %")
+        ax.plot(index, theta, color="C3", lw=1.4, label="P against E")
+        ax.set_title(f"k = {k}")
+        ax.set_xlabel("principal angle index")
+        ax.set_ylim(0, 90)
+    axes[0, 0].set_ylabel("principal angle (degrees)")
+    axes[0, -1].legend(loc="lower right", fontsize=8)
+    fig.suptitle(f"{shape.name}: principal angles between P's and E's top-k subspaces", y=1.02)
+    return fig
+
+
+register(
+    "position_token_subspaces", "Overlap of the position and token subspaces", position_token_subspaces,
+    needs=("W_pos", *TOKEN_SUBSPACE),
+    params={"ks": (10, 30, 100, 300, 500), "angle_ks": (10, 30, 100), "capture_k": 30, "n_random": 200, "seed": 0,
+            "agreement_tol": 1e-4},
+    figures={"energy": plot_energy, "spectra": plot_spectra, "capture": plot_capture, "angles": plot_angles},
+)
+
+
+# ---------------------------------------------------------------------------
+# 2. Norms, and whether adding behaves like concatenating
+
+
+LARGEST = 0.01
+"""The share of sampled pairs with the largest |ρ − 1| whose token norms are reported."""
+
+
+def sum_ratio(T: np.ndarray, Q: np.ndarray) -> np.ndarray:
+    """ρ = ‖t + p‖ / √(‖t‖² + ‖p‖²) for paired rows t of T and p of Q: 1 exactly when t ⊥ p."""
+    T, Q = np.asarray(T, dtype=np.float64), np.asarray(Q, dtype=np.float64)
+    return np.linalg.norm(T + Q, axis=1) / np.sqrt(np.sum(T**2, axis=1) + np.sum(Q**2, axis=1))
+
+
+def interference_ratio(E: np.ndarray, P: np.ndarray) -> tuple[float, float]:
+    """κ = D ‖E Pᵀ‖²_F / (‖E‖²_F ‖P‖²_F) and its standard deviation over uniformly random rotations of P.
+
+    ‖E Pᵀ‖²_F = tr(EᵀE PᵀP) sums the squared dot products of all token–position pairs; a random rotation Q
+    of P gives tr(EᵀE Q PᵀP Qᵀ), whose mean is ‖E‖²‖P‖²/D (κ = 1) and whose sd is exact (toolkit).
+    """
+    E, P = np.asarray(E, dtype=np.float64), np.asarray(P, dtype=np.float64)
+    A, B = E.T @ E, P.T @ P
+    scale = np.trace(A) * np.trace(B) / E.shape[1]
+    mean, sd = rotation_trace_moments(A, B)
+    return float(np.sum(A * B) / scale), sd / scale
+
+
+def token_position_sum(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_pairs: int, seed: int,
+                       ks: tuple[int, ...]) -> Result:
+    """Token against position norms; ‖t + p‖ against √(‖t‖² + ‖p‖²); the same with p pointing at random; κ."""
+    E = np.asarray(tensors["W_E"], dtype=np.float64)
+    P = np.asarray(tensors["W_pos"], dtype=np.float64)
+    D = shape.d_model
+    rng = np.random.default_rng(seed)
+    token_norms, position_norms = np.linalg.norm(E, axis=1), np.linalg.norm(P, axis=1)
+    t, p = E[rng.integers(0, len(E), n_pairs)], P[rng.integers(0, len(P), n_pairs)]
+    rho = sum_ratio(t, p)
+    directions = rng.standard_normal(p.shape)
+    p_random = directions / np.linalg.norm(directions, axis=1, keepdims=True) * np.linalg.norm(p, axis=1, keepdims=True)
+    rho_random = sum_ratio(t, p_random)
+    position_share = np.sum(p**2, axis=1) / (np.sum(t**2, axis=1) + np.sum(p**2, axis=1))
+    kappa, kappa_sd = interference_ratio(E, P)
+    mean_token, mean_position = E.mean(axis=0), P.mean(axis=0)
+    kappa_centred, kappa_centred_sd = interference_ratio(E - mean_token, P)
+    largest = np.abs(rho - 1) >= np.percentile(np.abs(rho - 1), 100 * (1 - LARGEST))
+    numbers = {
+        "n_pairs": Number(n_pairs, "d", "sampled token–position pairs"),
+        "seed": Number(seed, "d", "seed of the pairs and of the random directions"),
+        "n_tokens": Number(len(E), "d", "token embeddings"),
+        "token_norm_median": Number(float(np.median(token_norms)), ".3f", "median ‖t‖ over all tokens"),
+        "token_norm_p5": Number(float(np.percentile(token_norms, 5)), ".3f", "5th percentile of ‖t‖"),
+        "token_norm_p95": Number(float(np.percentile(token_norms, 95)), ".3f", "95th percentile of ‖t‖"),
+        "position_norm_median": Number(float(np.median(position_norms)), ".3f", "median ‖p‖ over all positions"),
+        "position_norm_p5": Number(float(np.percentile(position_norms, 5)), ".3f", "5th percentile of ‖p‖"),
+        "position_norm_p95": Number(float(np.percentile(position_norms, 95)), ".3f", "95th percentile of ‖p‖"),
+        "norm_ratio": Number(float(np.median(token_norms) / np.median(position_norms)), ".2f",
+                             "median ‖t‖ over median ‖p‖"),
+        "position_share_median": Number(float(np.median(position_share)), ".1%",
+                                        "median share ‖p‖²/(‖t‖² + ‖p‖²) of the sum's squared norm from position"),
+        "rho_dev_median": Number(float(np.median(np.abs(rho - 1))), ".2%", "median |ρ − 1| over the sampled pairs"),
+        "rho_dev_p99": Number(float(np.percentile(np.abs(rho - 1), 99)), ".2%", "99th percentile of |ρ − 1|"),
+        "rho_dev_max": Number(float(np.max(np.abs(rho - 1))), ".2%", "largest |ρ − 1|"),
+        "rho_mean": Number(float(rho.mean() - 1), ".2%", "mean of ρ − 1 (positive: t and p point the same way)"),
+        "random_rho_dev_median": Number(float(np.median(np.abs(rho_random - 1))), ".2%",
+                                        "median |ρ − 1| with p turned to a random direction (same norms)"),
+        "random_rho_dev_p99": Number(float(np.percentile(np.abs(rho_random - 1), 99)), ".2%",
+                                     "99th percentile of |ρ − 1| with p in a random direction"),
+        "rms_cross_ratio": Number(float(np.sqrt(np.mean((rho**2 - 1) ** 2) / np.mean((rho_random**2 - 1) ** 2))), ".2f",
+                                  "RMS of the relative cross term ρ² − 1, over the same with random directions"),
+        "kappa": Number(kappa, ".3f", "interference ratio κ over all token–position pairs (1: random orientation)"),
+        "kappa_sd": Number(kappa_sd, ".3f", "sd of κ over uniformly random rotations of P"),
+        "kappa_z": Number((kappa - 1) / kappa_sd, ".1f", "z of κ against random rotations"),
+        "kappa_centred": Number(kappa_centred, ".3f", "κ with the mean token embedding removed from every token"),
+        "kappa_centred_z": Number((kappa_centred - 1) / kappa_centred_sd, ".1f", "z of that κ against random rotations"),
+        "cos_means": Number(float(mean_token @ mean_position / np.linalg.norm(mean_token) / np.linalg.norm(mean_position)),
+                            ".2f", "cosine between the mean token embedding and the mean position embedding"),
+        "largest_dev_share": Number(LARGEST, ".0%", "share of pairs called the largest deviations"),
+        "largest_dev_token_norm": Number(float(np.median(np.linalg.norm(t[largest], axis=1))), ".3f",
+                                         "median ‖t‖ in that share of pairs with the largest |ρ − 1|"),
+    }
+    rows = []
+    for k in usable_ks(ks, D, D):
+        basis = top_right_singular_vectors(P, k)
+        a, ratio, z = enrichment_and_z(E, basis, "output")
+        numbers |= {f"token_energy_k{k}": Number(a, ".2%", f"share of ‖E‖² in P's top-{k} subspace"),
+                    f"token_ratio_k{k}": Number(ratio, ".2f", f"that share over k/D, k = {k}"),
+                    f"token_z_k{k}": Number(z, ".1f", f"z of that share against random {k}-subspaces")}
+        rows.append((k, a, k / D, ratio, z))
+    tables = {"token_energy": Table(("k", "share of ‖E‖² in P's top k", "k/D", "ratio", "z"), tuple(rows),
+                                    formats={"share of ‖E‖² in P's top k": ".2%", "k/D": ".2%", "ratio": ".2f",
+                                             "z": ".1f"})}
+    show = slice(0, min(n_pairs, 3000))
+    arrays = {"token_norms": token_norms, "position_norms": position_norms, "rho": rho, "rho_random": rho_random,
+              "sum_norm": np.linalg.norm(t + p, axis=1)[show],
+              "root": np.sqrt(np.sum(t**2, axis=1) + np.sum(p**2, axis=1))[show]}
+    return Result(numbers, tables, arrays)
+
+
+def plot_norms_and_sum(result: Result, shape: ModelShape):
+    """Norm histograms; ‖t + p‖ against √(‖t‖² + ‖p‖²); ρ − 1 for the real pairs and for random directions."""
+    a = result.arrays
+    fig, axes = plotting.subplots(1, 3, figsize=(12.0, 3.6))
+    ax = axes[0]
+    top = max(a["token_norms"].max(), a["position_norms"].max()) * 1.02
+    bins = np.linspace(0, top, 80)
+    ax.hist(a["token_norms"], bins=bins, density=True, alpha=0.6, color="C0", label="tokens ‖t‖")
+    ax.hist(a["position_norms"], bins=bins, density=True, alpha=0.6, color="C3", label="positions ‖p‖")
+    ax.set_xlabel("norm")
+    ax.set_ylabel("density")
+    ax.legend(loc="upper right", fontsize=8)
+    ax = axes[1]
+    ax.plot(a["root"], a["sum_norm"], ".", ms=1.5, color="C0", alpha=0.5, rasterized=True)
+    lim = [0, max(a["root"].max(), a["sum_norm"].max()) * 1.02]
+    ax.plot(lim, lim, color="0.3", lw=0.8, ls="--", label="‖t + p‖ = √(‖t‖² + ‖p‖²)")
+    ax.set_xlim(lim)
+    ax.set_ylim(lim)
+    ax.set_xlabel("√(‖t‖² + ‖p‖²)")
+    ax.set_ylabel("‖t + p‖")
+    ax.legend(loc="upper left", fontsize=8)
+    ax = axes[2]
+    dev = np.concatenate([a["rho"], a["rho_random"]]) - 1
+    edge = float(np.percentile(np.abs(dev), 99.9))
+    bins = np.linspace(-edge, edge, 100)
+    ax.hist(a["rho_random"] - 1, bins=bins, density=True, alpha=0.6, color="0.5", label="p in a random direction")
+    ax.hist(a["rho"] - 1, bins=bins, density=True, alpha=0.6, color="C0", label="real pairs")
+    ax.set_xlabel("ρ − 1 = ‖t + p‖ / √(‖t‖² + ‖p‖²) − 1")
+    ax.set_ylabel("density")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.suptitle(f"{shape.name}: token and position norms, and the norm of their sum", y=1.02)
+    return fig
+
+
+register(
+    "token_position_sum", "Token and position norms, and the norm of their sum", token_position_sum,
+    needs=("W_E", "W_pos"), params={"n_pairs": 20000, "seed": 0, "ks": (10, 30)},
+    figures={"norms_and_sum": plot_norms_and_sum},
+)
+
+
+# ---------------------------------------------------------------------------
+# 3. What the attention weights read, and where W_O writes
+
+READ_VARIANTS = (("Q", "raw"), ("K", "raw"), ("V", "raw"), ("Q", "γ-folded"), ("K", "γ-folded"), ("V", "γ-folded"),
+                 ("O", "output"))
+SUBSPACES = ("P", "E")
+
+
+def variant_label(kind: str, variant: str) -> str:
+    return {"raw": f"W_{kind}", "γ-folded": f"diag(γ)W_{kind}", "output": f"W_{kind} (writes)"}[variant]
+
+
+def subspace_bases(tensors: Mapping[str, np.ndarray], k_max: int) -> dict[str, np.ndarray]:
+    """P's (uncentred) and E's (row-centred) top-k_max right singular vectors, [D, k_max] each."""
+    P = np.asarray(tensors["W_pos"], dtype=np.float64)
+    return {"P": top_right_singular_vectors(P, k_max), "E": np.asarray(tensors["E_centred.V"])[:, :k_max]}
+
+
+def reading_table(stats: np.ndarray, ks: tuple[int, ...], labels: list[str], primary: int) -> Table:
+    """stats [layer, column, subspace, k, (a, ratio, z)] as rows (layer, matrix) with ratios per subspace and k."""
+    p = ks.index(primary)
+    rows = []
+    for layer in range(stats.shape[0]):
+        for c, label in enumerate(labels):
+            rows.append((layer, label, *(stats[layer, c, s, i, 1] for s in range(2) for i in range(len(ks))),
+                         stats[layer, c, 0, p, 2], stats[layer, c, 1, p, 2]))
+    columns = ("layer", "matrix", *(f"{name}: k = {k}" for name in SUBSPACES for k in ks),
+               f"z P (k = {primary})", f"z E (k = {primary})")
+    return Table(columns, tuple(rows), formats={c: (".1f" if c.startswith("z") else ".2f") for c in columns[2:]})
+
+
+def attention_position_content(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, ks: tuple[int, ...],
+                               primary_k: int, strong: float) -> Result:
+    """Share of each attention matrix's reading (W_O: writing) energy in P's and in E's top-k subspaces."""
+    L, D = shape.n_layers, shape.d_model
+    available = np.asarray(tensors["E_centred.V"]).shape[1]
+    ks = usable_ks(ks, available, D)
+    bases = subspace_bases(tensors, max(ks))
+    stats = np.zeros((L, len(READ_VARIANTS), 2, len(ks), 3))
+    for layer in range(L):
+        gain = input_gain(tensors, shape, layer)
+        for c, (kind, variant) in enumerate(READ_VARIANTS):
+            W = full_matrix(tensors, layer, kind)
+            if variant == "γ-folded":
+                W = gain[:, None] * W
+            side = "output" if variant == "output" else "input"
+            for s, name in enumerate(SUBSPACES):
+                for i, k in enumerate(ks):
+                    stats[layer, c, s, i] = enrichment_and_z(W, bases[name][:, :k], side)
+    labels = [variant_label(*v) for v in READ_VARIANTS]
+    p = ks.index(primary_k)
+    numbers = {"primary_k": Number(primary_k, "d", "k of the heatmap and of the cited values"),
+               "chance": Number(primary_k / D, ".1%", "k/D at that k"),
+               "token_subspace_origin": Text(origin_of(tensors, "E_centred.V"), "where E's top directions come from")}
+    for c, (kind, variant) in enumerate(READ_VARIANTS):
+        tag = {"raw": "raw", "γ-folded": "", "output": ""}[variant]
+        key = f"{kind.lower()}{'_' + tag if tag else ''}"
+        for s, name in enumerate(SUBSPACES):
+            n = name.lower()
+            numbers[f"l0_{key}_{n}"] = Number(stats[0, c, s, p, 1], ".2f",
+                                              f"layer 0, {labels[c]}: enrichment in {name}'s top-{primary_k}")
+            numbers[f"l0_{key}_{n}_z"] = Number(stats[0, c, s, p, 2], ".0f",
+                                                f"layer 0, {labels[c]}: z in {name}'s top-{primary_k}")
+            if variant != "raw" and L > 1:
+                numbers[f"later_{key}_{n}_median"] = Number(
+                    float(np.median(stats[1:, c, s, p, 1])), ".2f",
+                    f"median over layers ≥ 1 of {labels[c]}'s enrichment in {name}'s top-{primary_k}")
+        if variant != "raw":
+            more_e = int(np.sum(stats[:, c, 1, p, 1] > stats[:, c, 0, p, 1]))
+            numbers[f"n_layers_e_over_p_{key}"] = Number(more_e, "d",
+                                                         f"layers where {labels[c]} reads E's subspace more than P's")
+    folded = [c for c, (_, v) in enumerate(READ_VARIANTS) if v == "γ-folded"]
+    numbers["n_layers"] = Number(L, "d", "layers")
+    numbers["max_p_folded"] = Number(float(stats[:, folded, 0, p, 1].max()), ".2f",
+                                     "largest enrichment in P's subspace of any gain-folded W_Q, W_K, W_V")
+    where = np.unravel_index(int(np.argmax(stats[:, folded, 0, p, 1])), (L, len(folded)))
+    numbers["max_p_folded_layer"] = Number(int(where[0]), "d", "its layer")
+    numbers["max_p_folded_matrix"] = Text(labels[folded[where[1]]], "its matrix")
+    numbers["strong"] = Number(strong, "g", "enrichment above which a layer counts as reading P strongly")
+    numbers["layers_strong_p"] = Text(
+        spoken_list(layer for layer in range(L) if stats[layer, folded, 0, p, 1].max() > strong),
+        f"layers whose gain-folded W_Q, W_K or W_V reads P's top-{primary_k} above that enrichment")
+    table = reading_table(stats, ks, labels, primary_k)
+    layer0 = Table(table.columns, tuple(row for row in table.rows if row[0] == 0), table.formats)
+    return Result(numbers, {"reading": table, "layer0": layer0},
+                  {"stats": stats, "ks": np.array(ks), "primary": np.array(primary_k)})
+
+
+def plot_reading(result: Result, shape: ModelShape):
+    """Enrichment a/(k/D) of every attention matrix in P's and in E's top-k subspaces (log colour, 1 = chance)."""
+    stats, ks, primary = result.arrays["stats"], list(result.arrays["ks"]), int(result.arrays["primary"])
+    ratios = stats[:, :, :, ks.index(primary), 1]
+    plotting.pyplot()
+    from matplotlib.colors import LogNorm
+
+    top = float(np.ceil(np.abs(np.log10(ratios)).max() * 10) / 10)
+    norm = LogNorm(vmin=10**-top, vmax=10**top)
+    fig, axes = plotting.subplots(1, 2, figsize=(10.5, 0.32 * ratios.shape[0] + 2.6), sharey=True)
+    for s, (ax, name) in enumerate(zip(axes, ("P (position)", "E (tokens)"))):
+        image = ax.imshow(ratios[:, :, s], cmap=plotting.DIVERGING, norm=norm, aspect="auto", interpolation="nearest")
+        for (layer, c), value in np.ndenumerate(ratios[:, :, s]):
+            ax.text(c, layer, f"{value:.2f}", ha="center", va="center", fontsize=6.5,
+                    color="white" if abs(np.log10(value)) > 0.6 * top else "black")
+        ax.set_xticks(range(len(READ_VARIANTS)), [variant_label(*v) for v in READ_VARIANTS], rotation=50, ha="right",
+                      fontsize=8)
+        ax.set_title(f"top-{primary} subspace of {name}")
+    axes[0].set_ylabel("layer")
+    axes[0].set_yticks(range(ratios.shape[0]))
+    bar = plotting.colorbar(fig, image, list(axes), "enrichment a / (k/D) (log scale, 1 = chance)")
+    plain_log_ticks(bar.ax.yaxis)
+    fig.suptitle(f"{shape.name}: what each attention matrix reads (W_O: writes), position against tokens", y=1.0)
+    return fig
+
+
+register(
+    "attention_position_content", "What the attention weights read: position against token subspaces",
+    attention_position_content,
+    needs=("W_pos", "E_centred.V", "blocks.*.attn.W_Q", "blocks.*.attn.W_K", "blocks.*.attn.W_V",
+           "blocks.*.attn.W_O"),
+    family_needs={"gpt2": ("blocks.*.ln1.w",), "bert": ("embed.ln.w", "blocks.*.ln2.w")},  # `input_gain`
+    params={"ks": (10, 30, 100), "primary_k": 30, "strong": 1.5},
+    figures={"reading": plot_reading},
+)
+
+
+# ---------------------------------------------------------------------------
+# 4. What the MLPs read
+
+
+def mlp_input_gain(tensors: Mapping[str, np.ndarray], shape: ModelShape, layer: int) -> np.ndarray:
+    """The LayerNorm gain γ in front of layer `layer`'s MLP: GPT-2's ln_2 of that layer; BERT's attention-output
+    LayerNorm of that layer (canonical `ln1`), whose output is what the MLP reads."""
+    name = f"blocks.{layer}.ln2.w" if shape.family == "gpt2" else f"blocks.{layer}.ln1.w"
+    return np.asarray(tensors[name], dtype=np.float64)
+
+
+MLP_VARIANTS = ("raw", "γ-folded")
+
+
+def mlp_position_content(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, ks: tuple[int, ...], primary_k: int,
+                         curve_k: int) -> Result:
+    """Share of each MLP input matrix's reading energy in P's and in E's top-k subspaces, against random ones."""
+    L, D = shape.n_layers, shape.d_model
+    available = np.asarray(tensors["E_centred.V"]).shape[1]
+    ks = usable_ks(ks, available, D)
+    curve_k = usable_ks((curve_k,), available, D)[0]
+    bases = subspace_bases(tensors, max(*ks, curve_k))
+    stats = np.zeros((L, len(MLP_VARIANTS), 2, len(ks), 3))
+    for layer in range(L):
+        W = np.asarray(tensors[f"blocks.{layer}.mlp.W_in"], dtype=np.float64)
+        for v, variant in enumerate(MLP_VARIANTS):
+            M = mlp_input_gain(tensors, shape, layer)[:, None] * W if variant == "γ-folded" else W
+            for s, name in enumerate(SUBSPACES):
+                for i, k in enumerate(ks):
+                    stats[layer, v, s, i] = enrichment_and_z(M, bases[name][:, :k], "input")
+    # layer 0, gain folded, every k up to curve_k: enrichment and the random band
+    M0 = mlp_input_gain(tensors, shape, 0)[:, None] * np.asarray(tensors["blocks.0.mlp.W_in"], dtype=np.float64)
+    k_all = np.arange(1, curve_k + 1)
+    total = np.sum(M0**2)
+    curves = {name: np.cumsum(np.sum((bases[name][:, :curve_k].T @ M0) ** 2, axis=1)) / total / (k_all / D)
+              for name in SUBSPACES}
+    mean, sd = random_energy_moments(M0, k_all)
+    labels = [f"{'diag(γ)' if v == 'γ-folded' else ''}W_in" for v in MLP_VARIANTS]
+    p = ks.index(primary_k)
+    numbers = {"primary_k": Number(primary_k, "d", "k of the cited values"),
+               "token_subspace_origin": Text(origin_of(tensors, "E_centred.V"), "where E's top directions come from")}
+    for v, variant in enumerate(MLP_VARIANTS):
+        tag = "_raw" if variant == "raw" else ""
+        for s, name in enumerate(SUBSPACES):
+            n = name.lower()
+            for i, k in enumerate(ks):
+                numbers[f"l0{tag}_{n}_k{k}"] = Number(stats[0, v, s, i, 1], ".2f",
+                                                      f"layer 0, {labels[v]}: enrichment in {name}'s top-{k}")
+                numbers[f"l0{tag}_{n}_z_k{k}"] = Number(stats[0, v, s, i, 2], ".1f",
+                                                        f"layer 0, {labels[v]}: z in {name}'s top-{k}")
+        more_e = stats[:, v, 1, p, 1] > stats[:, v, 0, p, 1]
+        numbers[f"n_layers_e_over_p{tag}"] = Number(int(more_e.sum()), "d",
+                                                    f"layers whose {labels[v]} reads E's top-{primary_k} more than P's")
+        numbers[f"layers_e_over_p{tag}"] = Text(spoken_list(np.nonzero(more_e)[0].tolist()), "those layers")
+    numbers["n_layers"] = Number(L, "d", "layers")
+    rows = []
+    for layer in range(L):
+        for v in range(len(MLP_VARIANTS)):
+            rows.append((layer, labels[v], *(stats[layer, v, s, i, 1] for s in range(2) for i in range(len(ks))),
+                         stats[layer, v, 0, p, 2], stats[layer, v, 1, p, 2]))
+    columns = ("layer", "matrix", *(f"{name}: k = {k}" for name in SUBSPACES for k in ks),
+               f"z P (k = {primary_k})", f"z E (k = {primary_k})")
+    table = Table(columns, tuple(rows), formats={c: (".1f" if c.startswith("z") else ".2f") for c in columns[2:]})
+    arrays = {"stats": stats, "ks": np.array(ks), "primary": np.array(primary_k), "curve_P": curves["P"],
+              "curve_E": curves["E"], "band": 2 * sd / mean}
+    return Result(numbers, {"reading": table}, arrays)
+
+
+def plot_mlp_reading(result: Result, shape: ModelShape):
+    """Layer 0's gain-folded W_in against k; every layer's enrichment at the primary k."""
+    a = result.arrays
+    k = np.arange(1, a["curve_P"].size + 1)
+    fig, (left, right) = plotting.subplots(1, 2, figsize=(10.5, 3.8))
+    left.fill_between(k, np.clip(1 - a["band"], 1e-3, None), 1 + a["band"], color="0.85", lw=0,
+                      label="random subspaces: 1 ± 2 sd")
+    left.axhline(1, color="0.3", lw=0.8, ls="--")
+    left.plot(k, a["curve_E"], color="C0", lw=1.5, label="E's top-k (tokens)")
+    left.plot(k, a["curve_P"], color="C3", lw=1.5, label="P's top-k (position)")
+    left.set_xscale("log")
+    left.set_yscale("log")
+    left.set_xlabel("k")
+    left.set_ylabel("enrichment a / (k/D) (log scale)")
+    plain_log_ticks(left.yaxis)
+    left.set_title("layer 0, diag(γ) W_in")
+    left.legend(loc="best", fontsize=8)
+    stats, ks, primary = a["stats"], list(a["ks"]), int(a["primary"])
+    layers = np.arange(stats.shape[0])
+    i = ks.index(primary)
+    for s, (name, colour) in enumerate((("P", "C3"), ("E", "C0"))):
+        right.plot(layers, stats[:, 1, s, i, 1], "o-", color=colour, label=f"{name}, diag(γ) W_in")
+        right.plot(layers, stats[:, 0, s, i, 1], "x:", color=colour, label=f"{name}, raw W_in")
+    right.axhline(1, color="0.3", lw=0.8, ls="--")
+    right.set_yscale("log")
+    plain_log_ticks(right.yaxis)
+    right.set_xticks(layers)
+    right.set_xlabel("layer")
+    right.set_ylabel(f"enrichment at k = {primary}")
+    right.set_title("every layer's MLP input")
+    right.legend(loc="best", fontsize=8)
+    fig.suptitle(f"{shape.name}: what the MLP input weights read, position against tokens", y=1.02)
+    return fig
+
+
+register(
+    "mlp_position_content", "What the MLP input weights read: position against token subspaces", mlp_position_content,
+    needs=("W_pos", "E_centred.V", "blocks.*.mlp.W_in"),
+    family_needs={"gpt2": ("blocks.*.ln2.w",), "bert": ("blocks.*.ln1.w",)},  # `mlp_input_gain`
+    params={"ks": (10, 30, 100), "primary_k": 30, "curve_k": 100},
+    figures={"reading": plot_mlp_reading},
+)

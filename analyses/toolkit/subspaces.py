@@ -1,0 +1,157 @@
+"""How much of a matrix lies in a subspace, how two subspaces sit relative to each other, and what a
+uniformly random subspace of the same dimension would give. One definition each, in float64.
+
+Energy fraction. For a matrix W whose rows (side "input") or columns (side "output") index R^D and an
+orthonormal basis B [D, k] of a subspace with projector Π = BBᵀ,
+
+    a(W) = ‖Bᵀ W‖²_F / ‖W‖²_F = tr(Π M) / tr(M),   M = W Wᵀ      (input side)
+    a(W) = ‖W B‖²_F / ‖W‖²_F  = tr(Π M) / tr(M),   M = Wᵀ W      (output side),
+
+the share of W's squared Frobenius norm that lies in the subspace. With W = A, another orthonormal basis
+[D, k'], a(A) = ‖Bᵀ A‖²_F / k' is the mean squared cosine of the principal angles between the two
+subspaces.
+
+Random-rotation null. For symmetric D × D matrices A, B and a uniformly random (Haar) rotation Q, the
+diagonal of C = Q B Qᵀ in the eigenbasis of A holds exchangeable entries whose sum tr B is fixed, each
+with variance v = 2(D tr B² − (tr B)²)/(D²(D+2)); so Cov(C_ii, C_jj) = −v/(D−1) and
+
+    E tr(A Q B Qᵀ) = tr A tr B / D,
+    Var tr(A Q B Qᵀ) = 2 / ((D−1)(D+2)) · (tr A² − (tr A)²/D) (tr B² − (tr B)²/D).
+
+With B = Π a rank-k projector (tr Π = tr Π² = k), i.e. a uniformly random k-dimensional subspace, and
+A = M, the energy fraction of a fixed W has
+
+    E a = k/D,    Var a = 2k(D−k) / (D(D−1)(D+2)) · (Σλ² / (Σλ)² − 1/D),   λ_i = σ_i(W)²,
+
+which depends on W only through (Σλ)²/Σλ², the participation ratio of its squared singular values. A
+single unit vector (one λ) gives 2k(D−k)/(D²(D+2)), the variance of a Beta(k/2, (D−k)/2) variable.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.linalg import svdvals
+
+
+def energy_fraction(W: np.ndarray, basis: np.ndarray, side: str = "input") -> float:
+    """a(W) = ‖Bᵀ W‖²/‖W‖² (side "input": rows of W index the space of B) or ‖W B‖²/‖W‖² ("output")."""
+    W, basis = np.asarray(W, dtype=np.float64), np.asarray(basis, dtype=np.float64)
+    part = basis.T @ W if side == "input" else W @ basis
+    return float(np.sum(part**2) / np.sum(W**2))
+
+
+def _space_dimension(W: np.ndarray, side: str) -> int:
+    if side not in {"input", "output"}:
+        raise ValueError(f"side must be 'input' or 'output', not {side!r}")
+    return W.shape[0] if side == "input" else W.shape[1]
+
+
+def _gram(W: np.ndarray) -> np.ndarray:
+    """The smaller of WᵀW and WWᵀ: both have the nonzero eigenvalues σ_i(W)²."""
+    return W.T @ W if W.shape[1] <= W.shape[0] else W @ W.T
+
+
+def _trace_moments(tr_a, tr_a2, tr_b, tr_b2, D: int):
+    """Mean and standard deviation of tr(A Q B Qᵀ) over Haar Q, from the traces of A, A², B, B² (see above);
+    elementwise when the traces of B are arrays."""
+    mean = np.asarray(tr_a * tr_b / D, dtype=np.float64)
+    if D == 1:
+        return mean, np.zeros_like(mean)
+    variance = 2 / ((D - 1) * (D + 2)) * (tr_a2 - tr_a**2 / D) * (tr_b2 - np.asarray(tr_b, dtype=np.float64)**2 / D)
+    return mean, np.sqrt(np.clip(variance, 0.0, None))
+
+
+def rotation_trace_moments(A: np.ndarray, B: np.ndarray) -> tuple[float, float]:
+    """Exact mean and standard deviation of tr(A Q B Qᵀ) over uniformly random rotations Q (A, B symmetric, D × D)."""
+    A, B = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)
+    if A.shape != B.shape or A.ndim != 2 or A.shape[0] != A.shape[1]:
+        raise ValueError(f"need two square matrices of one size, got {A.shape} and {B.shape}")
+    mean, sd = _trace_moments(np.trace(A), np.sum(A * A.T), np.trace(B), np.sum(B * B.T), A.shape[0])
+    return float(mean), float(sd)
+
+
+def random_energy_moments(W: np.ndarray, k, side: str = "input"):
+    """Exact mean k/D and standard deviation of a(W) over uniformly random k-dimensional subspaces of R^D.
+
+    `k` may be an array of dimensions: then both are arrays, from one Gram matrix.
+    """
+    W = np.asarray(W, dtype=np.float64)
+    D = _space_dimension(W, side)
+    k_array = np.asarray(k, dtype=np.float64)
+    if np.any((k_array < 0) | (k_array > D)):
+        raise ValueError(f"a subspace of R^{D} cannot have dimension {k}")
+    G = _gram(W)
+    tr_m = float(np.trace(G))
+    mean, sd = _trace_moments(tr_m, float(np.sum(G**2)), k_array, k_array, D)
+    if k_array.ndim == 0:
+        return float(mean) / tr_m, float(sd) / tr_m
+    return mean / tr_m, sd / tr_m
+
+
+def random_basis(D: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """An orthonormal basis [D, k] of a uniformly random (Haar) k-dimensional subspace of R^D.
+
+    QR of a Gaussian matrix with the signs of R's diagonal made positive; the first j columns of the
+    result span a uniformly random j-dimensional subspace too, so one draw serves every j ≤ k.
+    """
+    if not 0 < k <= D:
+        raise ValueError(f"need 0 < k <= D, got k = {k}, D = {D}")
+    Q, R = np.linalg.qr(rng.standard_normal((D, k)))
+    return Q * np.where(np.diag(R) < 0, -1.0, 1.0)
+
+
+def sampled_energy_fractions(W: np.ndarray, ks, n_draws: int, rng: np.random.Generator,
+                             side: str = "input") -> np.ndarray:
+    """a(W) on n_draws uniformly random subspaces: [n_draws, len(ks)], nested (the first k columns of one draw).
+
+    Exact, not approximate: with M = U diag(λ) Uᵀ, a = Σ_i λ_i ‖Yᵀ u_i‖² / Σλ for a Haar frame Y, and UᵀY is
+    again a Haar frame, so each draw needs only a random frame Z and Σ_i λ_i Z_ij² per direction j.
+    """
+    W = np.asarray(W, dtype=np.float64)
+    D = _space_dimension(W, side)
+    ks = np.asarray(ks, dtype=int)
+    M = W @ W.T if side == "input" else W.T @ W
+    lam = np.clip(np.linalg.eigvalsh(M), 0, None)
+    out = np.empty((n_draws, ks.size))
+    for i in range(n_draws):
+        Z = random_basis(D, int(ks.max()), rng)
+        cumulative = np.cumsum(lam @ Z**2) / lam.sum()
+        out[i] = cumulative[ks - 1]
+    return out
+
+
+def _orthonormal(X: np.ndarray) -> np.ndarray:
+    """An orthonormal basis of the column space of X (independent columns), by QR."""
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[1] > X.shape[0]:
+        raise ValueError(f"need a [D, k] matrix with k <= D, got shape {X.shape}")
+    Q, R = np.linalg.qr(X)
+    if np.abs(np.diag(R)).min() <= 1e-10 * np.abs(np.diag(R)).max():
+        raise ValueError("the columns are linearly dependent: they do not span a k-dimensional subspace")
+    return Q
+
+
+def principal_angles(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """Principal angles (radians, ascending) between the column spaces of A [D, k_A] and B [D, k_B].
+
+    min(k_A, k_B) angles. Each matrix is first orthonormalised (QR; its columns must be independent), so
+    nearly orthonormal input, e.g. unit vectors stored in float32, gives the angles of its exact span. cos θ_i are the singular values of AᵀB and sin θ_i those of (I − AAᵀ)B (for
+    k_B ≤ k_A); as in Knyazev & Argentati's algorithm (and scipy.linalg.subspace_angles), angles with
+    cos² θ > 1/2 are taken from the sines, which keeps small angles accurate where arccos is not.
+    """
+    A, B = _orthonormal(A), _orthonormal(B)
+    if A.shape[1] < B.shape[1]:
+        A, B = B, A
+    M = A.T @ B
+    cos = np.clip(svdvals(M), 0.0, 1.0)  # descending: ascending angles
+    angles = np.arccos(cos)
+    small = cos**2 > 0.5
+    if small.any():
+        sin = np.clip(svdvals(B - A @ M), 0.0, 1.0)[::-1]  # ascending: the same order
+        angles[small] = np.arcsin(sin[small])
+    return angles
+
+
+def captured(vectors: np.ndarray, basis: np.ndarray) -> np.ndarray:
+    """For each unit column v_j of `vectors`: vⱼᵀ Π vⱼ = ‖Bᵀ vⱼ‖², the share of it that lies in the subspace."""
+    return np.sum((np.asarray(basis, dtype=np.float64).T @ np.asarray(vectors, dtype=np.float64)) ** 2, axis=0)
