@@ -75,8 +75,9 @@ def position_matrix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, cli
         "inner_norm_max_position": Number(int(np.argmax(inner)) + 1, "d", "position of the largest of those norms"),
     }
     for t in small_entries:
-        numbers[f"frac_abs_below_{t:g}".replace(".", "_")] = Number(float(np.mean(np.abs(P) < t)), ".0%",
-                                                                   f"share of entries with |P_ij| < {t:g}")
+        key = f"frac_abs_below_{t:g}".replace(".", "_")
+        numbers[key] = Number(float(np.mean(np.abs(P) < t)), ".0%", f"share of entries with |P_ij| < {t:g}")
+        numbers[f"{key}_threshold"] = Number(t, "g", "the threshold of that share")
     extremes = [*order[:n_extremes], *order[::-1][:n_extremes]]
     table = Table(("position", "row norm", "norm / median", "kind"),
                   tuple((int(i), norms[i], norms[i] / np.median(norms), "smallest" if k < n_extremes else "largest")
