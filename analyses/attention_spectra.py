@@ -287,12 +287,12 @@ def plot_spectra(result: Result, shape: ModelShape):
         for layer in range(spectra.shape[0]):
             ax.plot(rank, spectra[layer, m] * np.sqrt(D) / norms[layer, m], lw=0.9,
                     color=cmap(layer / max(1, spectra.shape[0] - 1)), rasterized=True)
-        ax.plot(rank, mp, color="black", lw=1.3, ls="--", label="Marchenko–Pastur: noise of the same shape and norm")
+        ax.plot(rank, mp, color="black", lw=1.3, ls="--", label="Marchenko–Pastur\n(noise, same norm)")
         ax.set_yscale("log")
         ax.set_title(f"W_{kind}")
         ax.set_xlabel("rank i")
     axes[0].set_ylabel("σ_i / (‖W‖_F / √D) (log scale)")
-    axes[0].legend(loc="lower left", fontsize=7)
+    axes[0].legend(loc="lower left", fontsize=6.5, frameon=True)
     norm = plt.Normalize(0, spectra.shape[0] - 1)
     bar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes, fraction=0.02, pad=0.02)
     bar.set_label("layer")

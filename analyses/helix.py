@@ -313,7 +313,7 @@ def plot_components(result: Result, shape: ModelShape):
         ax.plot(n, Z[:, i], color="C0", lw=1.0, label="principal coordinate")
         ax.plot(n, offset + amplitude * np.cos(2 * np.pi * n / period + phase), color="C3", lw=0.9, ls="--",
                 label="fitted sinusoid")
-        bound = " (at bound: no full cycle)" if np.isclose(period, 2 * len(Z), rtol=1e-6) else ""
+        bound = " (at the bound: half a cycle)" if np.isclose(period, 2 * len(Z), rtol=1e-6) else ""
         ax.set_title(f"PC{i + 1} ({result.arrays['ratios'][i]:.1%} of variance), R² = "
                      f"{result.numbers[f'pc{i + 1}_r2'].text}\nfitted period {period:.0f} tokens{bound}", fontsize=8)
         ax.set_ylabel(f"z{i + 1}")

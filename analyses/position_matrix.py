@@ -194,7 +194,7 @@ def last_position(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, init_
         rows.append((k, share, k / d, p))
         numbers[f"share_top{k}"] = Number(share, ".2%", f"share of ‖x‖² in the top-{k} principal subspace of the other rows")
         numbers[f"chance_top{k}"] = Number(k / d, ".2%", f"a random direction's expected share, {k}/D")
-        numbers[f"share_top{k}_p"] = Number(p, ".2f", f"P(random direction's share ≥ observed), top {k}")
+        numbers[f"share_top{k}_p"] = Number(p, ".2g", f"P(random direction's share ≥ observed), top {k}")
     table = Table(("principal subspace (k)", "share of the last row", "random direction (k/D)",
                    "P(random ≥ observed)"), tuple(rows),
                   formats={"share of the last row": ".2%", "random direction (k/D)": ".2%", "P(random ≥ observed)": ".2f"})

@@ -265,7 +265,10 @@ def plot_masses(result: Result, shape: ModelShape):
     for j, (label, color) in enumerate((("key i (self)", "C0"), ("key i − 1 (previous)", "C1"), ("key 0 (first)", "C2"))):
         ax.bar(heads + (j - 1) * 0.27, masses[:, j], 0.27, color=color, label=label)
     ax.axhline(threshold, color="0.3", lw=0.9, ls="--", label=f"threshold {result.numbers['key_mass'].text}")
-    ax.set_xticks(heads, [f"{h}\n{c}" for h, c in zip(heads, classes)], fontsize=6.5)
+    short = {"current-token": "current", "previous-token": "previous", "first-position": "first",
+             "local window": "local", "diffuse": "diffuse"}
+    labels = [f"{h}: " + " + ".join(short[c] for c in label.split(" + ")) for h, label in zip(heads, classes)]
+    ax.set_xticks(heads, labels, fontsize=7, rotation=35, ha="right")
     ax.set_ylabel("mean attention on the key")
     ax.set_ylim(0, 1)
     ax.legend(fontsize=7, loc="upper right")
