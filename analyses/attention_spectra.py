@@ -7,7 +7,12 @@ The full output map W_O.reshape(D, D) is `c_proj.weight`: (head, d_head) × outp
 
 Anisotropy of a matrix with singular values σ_1 ≥ … ≥ σ_r: condition number
 σ_1/σ_r, log-volume Σ log σ_i (the log of the volume scaling factor |det W|),
-and Roy & Vetterli's effective rank exp(H(σ/Σσ)).
+and Roy & Vetterli's effective rank exp(H(σ/Σσ)). Each is set against random matrices of the
+same shape and Frobenius norm (`toolkit.random_matrices`): Gaussian ones (the Marchenko–Pastur
+limit of the effective rank, the exact Gaussian mean of the log-volume, Edelman's limit law of the
+condition number, and a few draws), and the matrix's own entries shuffled, which keeps their
+distribution (heavy tails included) and destroys every arrangement. A matrix is more anisotropic
+than noise only where a statistic falls outside these baselines.
 
 Alignment with P's top-k right-singular subspace B (orthonormal, D × k): the
 fraction of a matrix's squared Frobenius norm that lies on B,
@@ -25,9 +30,11 @@ from collections.abc import Mapping
 
 import numpy as np
 from scipy.linalg import svd, svdvals
+from scipy.stats import binom
 
 from analyses.toolkit import plotting
-from analyses.toolkit.linalg import effective_rank, top_right_singular_vectors
+from analyses.toolkit import random_matrices as rm
+from analyses.toolkit.linalg import effective_rank, gram_singular_values, top_right_singular_vectors
 from analyses.toolkit.subspaces import energy_fraction
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table
@@ -72,34 +79,72 @@ def input_gain(tensors: Mapping[str, np.ndarray], shape: ModelShape, layer: int)
 
 
 # ---------------------------------------------------------------------------
-# Spectra and anisotropy
+# Spectra and anisotropy, against random matrices of the same shape and norm
+
+
+def _edelman_quantile(level: float) -> float:
+    """x with exp(−2/x − 2/x²) = level: the `level` quantile of Edelman's limit law of κ/n."""
+    from scipy.optimize import brentq
+
+    return float(brentq(lambda x: np.exp(-2 / x - 2 / x**2) - level, 1e-3, 1e9, xtol=1e-12, rtol=1e-14))
 
 
 def attention_spectra(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, reference_model: str,
-                      reference_layer: int, reference: Mapping[str, float]) -> Result:
-    """Singular values and anisotropy of every full attention matrix and of every head's block."""
+                      reference_layer: int, reference: Mapping[str, float], n_gaussian: int, n_shuffles: int,
+                      seed: int, alpha: float) -> Result:
+    """Singular values and anisotropy of every full attention matrix and every head's block, each against
+    Gaussian matrices of the same shape and Frobenius norm and against its own entries shuffled."""
     L, H, D = shape.n_layers, shape.n_heads, shape.d_model
+    n_matrices = L * len(MATRICES)
+    rng = np.random.default_rng(seed)
+    # Gaussian draws: condition number and effective rank do not depend on the norm, so one set of draws per
+    # shape serves every matrix; the log-volume is compared with its exact Gaussian mean for each matrix's norm.
+    # Baseline spectra come from Gram eigenvalues (their condition numbers stay below ~1e5, where that is
+    # accurate to ~1e-6); the observed matrices, with condition numbers up to ~1e6, get a full SVD.
+    gauss = [anisotropy(gram_singular_values(rng.standard_normal((D, D)))) for _ in range(n_gaussian)]
+    gauss_erank = np.array([g["effective_rank"] for g in gauss])
+    gauss_log_volume = np.array([g["log_volume"] - D * np.log(np.sqrt(float(D * D))) for g in gauss])
+    erank_limit = rm.mp_effective_rank_fraction(1.0) * D
+
     spectra = np.zeros((L, len(MATRICES), D))
-    rows, head_rows = [], []
+    rows, base_rows, head_rows = [], [], []
     head_stats = np.zeros((L, len(MATRICES), H, 3))  # condition, log-volume, effective rank
     for layer in range(L):
         for m, kind in enumerate(MATRICES):
-            s = svdvals(full_matrix(tensors, layer, kind), check_finite=False)
+            W = full_matrix(tensors, layer, kind)
+            s = svdvals(W, check_finite=False)
             spectra[layer, m] = s
             a = anisotropy(s)
+            shuffled = [anisotropy(gram_singular_values(rm.shuffled_entries(W, rng))) for _ in range(n_shuffles)]
             rows.append((layer, f"W_{kind}", a["sigma_max"], a["sigma_min"], a["condition"], a["log_volume"],
                          a["effective_rank"]))
-            for head, block in enumerate(per_head(tensors, layer, kind)):
-                b = anisotropy(svdvals(block, check_finite=False))
+            gauss_lv = rm.gaussian_log_volume_mean((D, D), float(np.linalg.norm(W)))
+            sh = {k: float(np.mean([x[k] for x in shuffled])) if shuffled else float("nan")
+                  for k in ("condition", "log_volume", "effective_rank")}
+            base_rows.append((layer, f"W_{kind}", a["condition"], rm.condition_tail_probability(a["condition"], D),
+                              sh["condition"], a["effective_rank"], a["effective_rank"] / erank_limit,
+                              sh["effective_rank"], a["log_volume"] - gauss_lv, a["log_volume"] - sh["log_volume"]))
+            blocks = per_head(tensors, layer, kind)
+            for head, sv in enumerate(gram_singular_values(blocks)):
+                b = anisotropy(sv)
                 head_stats[layer, m, head] = b["condition"], b["log_volume"], b["effective_rank"]
                 head_rows.append((layer, head, f"W_{kind}", b["condition"], b["log_volume"], b["effective_rank"]))
     table = Table(("layer", "matrix", "σ_max", "σ_min", "condition", "log-volume", "effective rank"), tuple(rows),
                   formats={"σ_max": ".3f", "σ_min": ".2e", "condition": ".3g", "log-volume": ".1f",
                            "effective rank": ".1f"})
+    baselines = Table(
+        ("layer", "matrix", "condition", "Gaussian P(κ ≥ condition)", "condition, shuffled", "effective rank",
+         "effective rank / Gaussian", "effective rank, shuffled", "log-volume − Gaussian mean",
+         "log-volume − shuffled"), tuple(base_rows),
+        formats={"condition": ".3g", "Gaussian P(κ ≥ condition)": ".3f", "condition, shuffled": ".3g",
+                 "effective rank": ".1f", "effective rank / Gaussian": ".3f", "effective rank, shuffled": ".1f",
+                 "log-volume − Gaussian mean": ".0f", "log-volume − shuffled": ".0f"})
     heads = Table(("layer", "head", "matrix", "condition", "log-volume", "effective rank"), tuple(head_rows),
                   formats={"condition": ".3g", "log-volume": ".2f", "effective rank": ".2f"})
     cond = np.array(table.column("condition")).reshape(L, len(MATRICES))
     erank = np.array(table.column("effective rank")).reshape(L, len(MATRICES))
+    tails = np.array([r[3] for r in base_rows])
+    n_below_alpha = int(np.sum(tails < alpha))
     numbers = {
         "n_matrices": Number(len(rows), "d", "full attention matrices analysed (layers × Q, K, V, O)"),
         "n_head_blocks": Number(len(head_rows), "d", "per-head blocks analysed"),
@@ -111,6 +156,76 @@ def attention_spectra(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, r
                                           "smallest effective rank of a per-head block (at most d_head)"),
         "head_effective_rank_median": Number(float(np.median(head_stats[..., 2])), ".1f",
                                              "median effective rank of a per-head block"),
+        # baselines
+        "n_gaussian": Number(n_gaussian, "d", "Gaussian D × D draws (shared by all full matrices)"),
+        "n_shuffles": Number(n_shuffles, "d", "shuffles of each matrix's own entries"),
+        "seed": Number(seed, "d", "seed of the baseline draws"),
+        "gaussian_effective_rank_limit": Number(erank_limit, ".1f",
+                                                "effective rank of a D × D noise matrix, Marchenko–Pastur limit"),
+        "gaussian_effective_rank_mean": Number(float(gauss_erank.mean()), ".1f", "mean effective rank of the Gaussian draws"),
+        "gaussian_effective_rank_sd": Number(float(gauss_erank.std(ddof=1)) if n_gaussian > 1 else 0.0, ".2f",
+                                             "standard deviation of the effective rank over the Gaussian draws"),
+        "effective_rank_ratio_min": Number(float(erank.min() / erank_limit), ".0%",
+                                           "smallest effective rank as a share of the Gaussian limit"),
+        "effective_rank_ratio_max": Number(float(erank.max() / erank_limit), ".0%",
+                                           "largest effective rank as a share of the Gaussian limit"),
+        "effective_rank_gap_min_sd": Number(float((erank_limit - erank.max()) / gauss_erank.std(ddof=1))
+                                            if n_gaussian > 1 else 0.0, ".0f",
+                                            "smallest gap below the Gaussian limit, in Gaussian standard deviations"),
+        "n_effective_rank_below_gaussian": Number(int(np.sum(erank < gauss_erank.min())), "d",
+                                                  "full matrices whose effective rank is below every Gaussian draw"),
+        "shuffled_effective_rank_min": Number(float(min(r[7] for r in base_rows)), ".1f",
+                                              "smallest effective rank of a shuffled matrix"),
+        "shuffled_effective_rank_max": Number(float(max(r[7] for r in base_rows)), ".1f",
+                                              "largest effective rank of a shuffled matrix"),
+        "shuffled_condition_min": Number(float(min(r[4] for r in base_rows)), "sci2",
+                                         "smallest condition number of a shuffled matrix"),
+        "shuffled_condition_max": Number(float(max(r[4] for r in base_rows)), "sci2",
+                                         "largest condition number of a shuffled matrix"),
+        "gaussian_condition_median": Number(_edelman_quantile(0.5) * D, "sci2",
+                                            "median condition number of a D × D Gaussian matrix (Edelman's limit law)"),
+        "gaussian_condition_p95": Number(_edelman_quantile(0.95) * D, "sci2",
+                                         "95th percentile of the same law"),
+        "gaussian_draw_condition_min": Number(min(g["condition"] for g in gauss), "sci2",
+                                              "smallest condition number among the Gaussian draws"),
+        "gaussian_draw_condition_max": Number(max(g["condition"] for g in gauss), "sci2",
+                                              "largest condition number among the Gaussian draws"),
+        "condition_tail_min": Number(float(tails.min()), ".4f",
+                                     "smallest Gaussian tail probability P(κ ≥ observed) of a full matrix"),
+        "alpha": Number(alpha, "g", "significance level for the condition-number tail"),
+        "n_condition_below_alpha": Number(n_below_alpha, "d", "full matrices with Gaussian tail probability < alpha"),
+        "n_condition_expected": Number(alpha * n_matrices, ".1f", "expected count if all were Gaussian, alpha × count"),
+        "condition_count_p": Number(float(binom.sf(n_below_alpha - 1, n_matrices, alpha)), "sci2",
+                                    "P(at least that many below alpha among independent Gaussian matrices), binomial"),
+        "n_condition_below_bonferroni": Number(int(np.sum(tails < alpha / n_matrices)), "d",
+                                               "full matrices with tail probability < alpha / count (Bonferroni)"),
+        "log_volume_gap_min": Number(float(max(r[8] for r in base_rows)), ".0f",
+                                     "smallest (least negative) log-volume minus its Gaussian mean"),
+        "log_volume_gap_max": Number(float(min(r[8] for r in base_rows)), ".0f",
+                                     "most negative log-volume minus its Gaussian mean"),
+        "gaussian_log_volume_sd": Number(float(gauss_log_volume.std(ddof=1)) if n_gaussian > 1 else 0.0, ".2f",
+                                         "standard deviation of the log-volume over the norm-matched Gaussian draws"),
+        "shuffled_log_volume_gap_min": Number(float(max(r[9] for r in base_rows)), ".0f",
+                                              "smallest (least negative) log-volume minus that of the shuffled matrix"),
+        "shuffled_log_volume_gap_max": Number(float(min(r[9] for r in base_rows)), ".0f",
+                                              "most negative log-volume minus that of the shuffled matrix"),
+    }
+    # per-head blocks: D × d_head noise has aspect ratio d_head / D
+    ratio = shape.d_head / D
+    low, high = rm.mp_singular_edges(ratio)
+    head_limit = rm.mp_effective_rank_fraction(ratio) * shape.d_head
+    head_gauss = [anisotropy(gram_singular_values(rng.standard_normal((D, shape.d_head)))) for _ in range(n_gaussian)]
+    numbers |= {
+        "head_gaussian_effective_rank_limit": Number(head_limit, ".1f",
+                                                     "effective rank of a D × d_head noise block, Marchenko–Pastur limit"),
+        "head_gaussian_condition_limit": Number(high / low, ".2f",
+                                                "condition number of a D × d_head noise block, (1 + √λ)/(1 − √λ)"),
+        "head_gaussian_draw_condition_max": Number(max(g["condition"] for g in head_gauss), ".2f",
+                                                   "largest condition number among the Gaussian D × d_head draws"),
+        "head_n_effective_rank_below_gaussian": Number(int(np.sum(head_stats[..., 2] < min(
+            g["effective_rank"] for g in head_gauss))), "d", "head blocks with effective rank below every Gaussian draw"),
+        "head_condition_median": Number(float(np.median(head_stats[..., 0])), ".1f",
+                                        "median condition number of a head block"),
     }
     for m, kind in enumerate(MATRICES):
         k = kind.lower()
@@ -118,10 +233,11 @@ def attention_spectra(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, r
                                                   f"median over layers of the condition number of W_{kind}")
         numbers[f"effective_rank_median_{k}"] = Number(float(np.median(erank[:, m])), ".1f",
                                                        f"median over layers of the effective rank of W_{kind}")
-        low = int(np.argmin(erank[:, m]))
-        numbers[f"effective_rank_min_layer_{k}"] = Number(low, "d", f"layer with the lowest effective rank of W_{kind}")
-        numbers[f"effective_rank_min_{k}"] = Number(erank[low, m], ".1f", f"lowest effective rank of W_{kind}")
-    tables = {"anisotropy": table, "anisotropy_heads": heads}
+        low_layer = int(np.argmin(erank[:, m]))
+        numbers[f"effective_rank_min_layer_{k}"] = Number(low_layer, "d",
+                                                          f"layer with the lowest effective rank of W_{kind}")
+        numbers[f"effective_rank_min_{k}"] = Number(erank[low_layer, m], ".1f", f"lowest effective rank of W_{kind}")
+    tables = {"anisotropy": table, "baselines": baselines, "anisotropy_heads": heads}
     if shape.name == reference_model:
         ref = anisotropy(spectra[reference_layer, 0])
         ref_rows = []
@@ -133,30 +249,76 @@ def attention_spectra(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, r
                                                                  f"{label} of layer-{reference_layer} W_Q, recomputed")
             ref_rows.append((label, reference[key], ref[key]))
         numbers["reference_layer"] = Number(reference_layer, "d", "layer of the reported W_Q anisotropy values")
+        numbers[f"layer{reference_layer}_wq_log10_volume"] = Number(
+            ref["log_volume"] / np.log(10), ".2f", f"log10 of the volume factor ∏σ of layer-{reference_layer} W_Q")
+        numbers[f"layer{reference_layer}_wq_entropy"] = Number(
+            float(np.log(ref["effective_rank"])), ".4f",
+            f"spectral entropy H = log(effective rank) of layer-{reference_layer} W_Q (nats, non-negative)")
+        numbers[f"layer{reference_layer}_wq_condition_tail"] = Number(
+            rm.condition_tail_probability(ref["condition"], D), ".3f",
+            f"Gaussian P(κ ≥ condition) of layer-{reference_layer} W_Q")
+        numbers["float32_max_log10"] = Number(float(np.log10(np.finfo(np.float32).max)), ".2f",
+                                              "log10 of the largest float32 number")
         tables["reference"] = Table(("quantity", "reported", "recomputed"), tuple(ref_rows),
                                     formats={"reported": ".5g", "recomputed": ".5g"})
-    return Result(numbers, tables, {"spectra": spectra, "head_stats": head_stats})
+    mp = rm.mp_singular_quantiles(1.0, D)
+    return Result(numbers, tables, {"spectra": spectra, "head_stats": head_stats, "mp": mp,
+                                    "norms": np.sqrt((spectra**2).sum(axis=-1)),
+                                    "gauss_erank": gauss_erank, "erank": erank, "cond": cond,
+                                    "shuffled": np.array([[r[4], r[7]] for r in base_rows]).reshape(L, len(MATRICES), 2),
+                                    "erank_limit": np.array(erank_limit)})
 
 
 def plot_spectra(result: Result, shape: ModelShape):
-    """Singular values against rank for W_Q, W_K, W_V, W_O, one line per layer, log scale."""
-    spectra = result.arrays["spectra"]
+    """Singular values in units of ‖W‖_F/√D against rank, one line per layer, with the Marchenko–Pastur positions."""
+    spectra, norms, mp = result.arrays["spectra"], result.arrays["norms"], result.arrays["mp"]
+    D = spectra.shape[-1]
     plt = plotting.pyplot()
     cmap = plt.get_cmap(plotting.SEQUENTIAL)
-    fig, axes = plotting.subplots(1, 4, figsize=(10, 3.2), sharey=True)
-    rank = np.arange(1, spectra.shape[-1] + 1)
+    fig, axes = plotting.subplots(1, 4, figsize=(10, 3.3), sharey=True)
+    rank = np.arange(1, D + 1)
     for m, (ax, kind) in enumerate(zip(axes, MATRICES)):
         for layer in range(spectra.shape[0]):
-            ax.plot(rank, spectra[layer, m], lw=0.9, color=cmap(layer / max(1, spectra.shape[0] - 1)), rasterized=True)
+            ax.plot(rank, spectra[layer, m] * np.sqrt(D) / norms[layer, m], lw=0.9,
+                    color=cmap(layer / max(1, spectra.shape[0] - 1)), rasterized=True)
+        ax.plot(rank, mp, color="black", lw=1.3, ls="--", label="Marchenko–Pastur\n(noise, same norm)")
         ax.set_yscale("log")
         ax.set_title(f"W_{kind}")
         ax.set_xlabel("rank i")
-    axes[0].set_ylabel("singular value σ_i (log scale)")
+    axes[0].set_ylabel("σ_i / (‖W‖_F / √D) (log scale)")
+    axes[0].legend(loc="lower left", fontsize=6.5, frameon=True)
     norm = plt.Normalize(0, spectra.shape[0] - 1)
     bar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes, fraction=0.02, pad=0.02)
     bar.set_label("layer")
-    fig.suptitle(f"{shape.name}: singular spectra of the {shape.d_model}×{shape.d_model} attention matrices",
-                 y=1.02)
+    fig.suptitle(f"{shape.name}: singular spectra of the {shape.d_model}×{shape.d_model} attention matrices, "
+                 "in units of a noise matrix's typical singular value", y=1.02)
+    return fig
+
+
+def plot_baselines(result: Result, shape: ModelShape):
+    """Effective rank and condition number of every full matrix against Gaussian and shuffled baselines."""
+    erank, cond, shuffled = result.arrays["erank"], result.arrays["cond"], result.arrays["shuffled"]
+    limit, D = float(result.arrays["erank_limit"]), shape.d_model
+    fig, (left, right) = plotting.subplots(1, 2, figsize=(9.6, 3.6), layout="constrained")
+    layers = np.arange(erank.shape[0])
+    for m, kind in enumerate(MATRICES):
+        left.plot(layers + (m - 1.5) * 0.12, erank[:, m], "o", ms=4, color=f"C{m}", label=f"W_{kind}")
+        left.plot(layers + (m - 1.5) * 0.12, shuffled[:, m, 1], "x", ms=4, color=f"C{m}", alpha=0.6)
+        right.plot(layers + (m - 1.5) * 0.12, cond[:, m] / D, "o", ms=4, color=f"C{m}")
+        right.plot(layers + (m - 1.5) * 0.12, shuffled[:, m, 0] / D, "x", ms=4, color=f"C{m}", alpha=0.6)
+    left.axhline(limit, color="black", lw=1, ls="--", label="Gaussian (Marchenko–Pastur)")
+    left.set_ylabel("effective rank")
+    left.set_title("effective rank (x: own entries shuffled)")
+    for level, style in ((0.5, ":"), (0.95, "--"), (0.99, "-.")):
+        x = _edelman_quantile(level)
+        right.axhline(x, color="black", lw=1, ls=style, label=f"Gaussian {level:.0%} quantile")
+    right.set_yscale("log")
+    right.set_ylabel("condition number / D (log)")
+    right.set_title("condition number (x: own entries shuffled)")
+    for ax in (left, right):
+        ax.set_xlabel("layer")
+        ax.legend(fontsize=7, loc="lower right" if ax is left else "upper right")
+    fig.suptitle(f"{shape.name}: attention matrices against random matrices of the same shape and norm")
     return fig
 
 
@@ -176,11 +338,13 @@ def plot_head_effective_rank(result: Result, shape: ModelShape):
 
 
 register(
-    "attention_spectra", "Singular spectra and anisotropy of the attention matrices", attention_spectra,
+    "attention_spectra", "Singular spectra and anisotropy of the attention matrices, against random baselines",
+    attention_spectra,
     needs=("blocks.*.attn.W_Q", "blocks.*.attn.W_K", "blocks.*.attn.W_V", "blocks.*.attn.W_O"),
     params={"reference_model": "gpt2", "reference_layer": 5,
-            "reference": {"log_volume": 393.94, "effective_rank": 535.52, "condition": 3.48e4}},
-    figures={"spectra": plot_spectra, "head_effective_rank": plot_head_effective_rank},
+            "reference": {"log_volume": 393.94125, "effective_rank": 535.5224, "condition": 34819.75},
+            "n_gaussian": 4, "n_shuffles": 1, "seed": 0, "alpha": 0.05},
+    figures={"spectra": plot_spectra, "baselines": plot_baselines, "head_effective_rank": plot_head_effective_rank},
 )
 
 # ---------------------------------------------------------------------------

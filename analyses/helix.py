@@ -9,6 +9,10 @@ Measured here:
   positions and on the bulk (positions edge … n_ctx − edge − 1);
 * the phase θ(n) = unwrap(atan2(z_2, z_1)): turns = Δθ / 2π, radius r(n) = √(z_1² + z_2²),
   and the pitch, the advance per turn of the one-turn running mean of (z_1, z_2, z_3), over the bulk;
+* THE helix period, the one definition every chapter cites: T = 2π / mean(θ(n+1) − θ(n)) over the
+  bulk, i.e. tokens per turn. Its interval is a moving-block bootstrap of the per-token phase
+  increments (blocks keep the slow drift of the turning rate), and the local periods over equal
+  windows of the bulk show how far the rate itself varies;
 * outliers: each position's distance from the straight line through its `window`
   neighbours on one side (the better of the two sides), in units of the median step
   ‖p_{n+1} − p_n‖, all in the full D-dimensional space.
@@ -123,8 +127,42 @@ def extrapolation_error(X: np.ndarray, window: int) -> np.ndarray:
     return error
 
 
+EDGE = 100
+"""Positions left out at each end to form the bulk (helix and every analysis that uses its period)."""
+
+
+def bulk_phase_increments(P: np.ndarray, edge: int) -> np.ndarray:
+    """|θ(n+1) − θ(n)| for n in the bulk edge … n_ctx − edge − 1, θ the unwrapped angle of (z1, z2) (radians)."""
+    Z = principal_coordinates(P, 2)
+    theta = np.unwrap(np.arctan2(Z[:, 1], Z[:, 0]))
+    increments = np.diff(theta[edge:len(P) - edge])
+    return increments * np.sign(increments.sum())
+
+
+def helix_period(P: np.ndarray, edge: int = EDGE) -> float:
+    """The helix period: tokens per turn of (z1, z2) over the bulk, 2π / mean phase increment."""
+    return float(2 * np.pi / bulk_phase_increments(P, edge).mean())
+
+
+def block_bootstrap_means(x: np.ndarray, block: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Means of n_boot moving-block bootstrap resamples of x (blocks of `block` consecutive values, trimmed to len(x))."""
+    x = np.asarray(x, dtype=np.float64)
+    if not 1 <= block <= len(x):
+        raise ValueError(f"need 1 <= block <= {len(x)}, got {block}")
+    n_blocks = -(-len(x) // block)
+    starts = rng.integers(0, len(x) - block + 1, (n_boot, n_blocks))
+    samples = x[starts[..., None] + np.arange(block)].reshape(n_boot, -1)[:, :len(x)]
+    return samples.mean(axis=1)
+
+
+def local_periods(increments: np.ndarray, n_windows: int) -> np.ndarray:
+    """2π / mean increment over each of n_windows equal consecutive windows of the bulk (tokens per turn)."""
+    return np.array([2 * np.pi / w.mean() for w in np.array_split(increments, n_windows)])
+
+
 def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components: int, edge: int, window: int,
-          fft_pad: int, n_outliers: int) -> Result:
+          fft_pad: int, n_outliers: int, period_block: int, period_boot: int, period_level: float,
+          period_windows: int, seed: int) -> Result:
     """Principal coordinates, sinusoid fits per component, helix turns/radius/pitch, and outlier scores."""
     from scipy.stats import spearmanr
 
@@ -151,7 +189,7 @@ def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components:
         numbers[f"pc{k}_r2_bulk"] = Number(bfit.r2, ".3f", f"PC{k}: R² of the sinusoid, bulk")
     freq_table = Table(
         ("component", "variance share", "period (tokens)", "R²", "cycles in context", "period, bulk", "R², bulk"),
-        tuple((f"PC{k + 1}" + (" (no full cycle)" if f.at_bound else ""), ratios[k], f.period, f.r2,
+        tuple((f"PC{k + 1}" + (" (half a cycle: period at the bound)" if f.at_bound else ""), ratios[k], f.period, f.r2,
                n_pos / f.period, b.period, b.r2) for k, (f, b) in enumerate(zip(fits, bulk_fits))),
         formats={"variance share": ".1%", "period (tokens)": ".0f", "R²": ".3f", "cycles in context": ".2f",
                  "period, bulk": ".0f", "R², bulk": ".3f"})
@@ -159,13 +197,31 @@ def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components:
     turns = phase_turns(Z[:, 0], Z[:, 1])
     radius = np.hypot(Z[:, 0], Z[:, 1])
     bulk_turns = abs(turns[bulk][-1] - turns[bulk][0])
-    turn_length = (n_pos - 2 * edge - 1) / bulk_turns
+    increments = bulk_phase_increments(P, edge)
+    turn_length = float(2 * np.pi / increments.mean())  # = helix_period(P, edge) = bulk length / turns
+    boot = 2 * np.pi / block_bootstrap_means(increments, period_block, period_boot, np.random.default_rng(seed))
+    tail = (1 - period_level) / 2
+    low, high = np.quantile(boot, [tail, 1 - tail])
+    local = local_periods(increments, period_windows)
+    tokens = ".0f" if turn_length >= 100 else ".1f"  # a few tokens per turn need a decimal
     pitch = axial_rise(Z[bulk, :3], int(round(turn_length))) * turn_length
     radius_bulk = float(np.median(radius[bulk]))
     numbers |= {
         "turns_total": Number(abs(turns[-1]), ".2f", "turns of (z1, z2) around the origin, position 0 to the last"),
         "turns_bulk": Number(bulk_turns, ".2f", "turns of (z1, z2) over the bulk"),
-        "period_bulk_phase": Number(turn_length, ".1f", "tokens per turn in the bulk"),
+        "period": Number(turn_length, tokens, "THE helix period: tokens per turn of (z1, z2) over the bulk"),
+        "period_low": Number(float(low), tokens, "lower end of the helix period's bootstrap interval"),
+        "period_high": Number(float(high), tokens, "upper end of the helix period's bootstrap interval"),
+        "period_level": Number(period_level, ".0%", "coverage of that interval"),
+        "period_block": Number(period_block, "d", "block length (tokens) of the moving-block bootstrap"),
+        "period_boot": Number(period_boot, "d", "bootstrap resamples"),
+        "period_windows": Number(period_windows, "d", "equal windows of the bulk for the local periods"),
+        "period_local_min": Number(float(local.min()), tokens, "shortest local period over those windows"),
+        "period_local_max": Number(float(local.max()), tokens, "longest local period over those windows"),
+        "period_local_first": Number(float(local[0]), tokens, "local period in the first window of the bulk"),
+        "period_local_last": Number(float(local[-1]), tokens, "local period in the last window of the bulk"),
+        "seed": Number(seed, "d", "seed of the bootstrap"),
+        "cycles_in_context": Number(n_pos / turn_length, ".2f", "context length / helix period"),
         "period_first_edge": Number(edge / abs(turns[edge] - turns[0]), ".0f",
                                     "tokens per turn over the first `edge` positions"),
         "radius_bulk": Number(radius_bulk, ".2f", "median radius √(z1² + z2²) over the bulk"),
@@ -257,7 +313,7 @@ def plot_components(result: Result, shape: ModelShape):
         ax.plot(n, Z[:, i], color="C0", lw=1.0, label="principal coordinate")
         ax.plot(n, offset + amplitude * np.cos(2 * np.pi * n / period + phase), color="C3", lw=0.9, ls="--",
                 label="fitted sinusoid")
-        bound = " (at bound: no full cycle)" if np.isclose(period, 2 * len(Z), rtol=1e-6) else ""
+        bound = " (at the bound: half a cycle)" if np.isclose(period, 2 * len(Z), rtol=1e-6) else ""
         ax.set_title(f"PC{i + 1} ({result.arrays['ratios'][i]:.1%} of variance), R² = "
                      f"{result.numbers[f'pc{i + 1}_r2'].text}\nfitted period {period:.0f} tokens{bound}", fontsize=8)
         ax.set_ylabel(f"z{i + 1}")
@@ -284,7 +340,9 @@ def plot_phase(result: Result, shape: ModelShape):
     ax_r.set_xlabel("position")
     for a in (ax, ax_r):
         a.axvspan(edge, len(n) - 1 - edge, color="0.92", zorder=0)
-    ax.text(len(n) / 2, 0.05, f"bulk: {result.numbers['period_bulk_phase'].text} tokens per turn",
+    ax.text(len(n) / 2, 0.05, f"bulk: one turn per {result.numbers['period'].text} tokens "
+            f"({result.numbers['period_level'].text} interval {result.numbers['period_low'].text}–"
+            f"{result.numbers['period_high'].text})",
             ha="center", va="bottom", fontsize=8, transform=ax.get_xaxis_transform())
     ax.set_title(f"{shape.name}: rotation in the PC1–PC2 plane (shaded: the bulk)")
     return fig
@@ -338,7 +396,9 @@ def helix_3d_html(result: Result, shape: ModelShape) -> str:
 
 register(
     "helix", "The helix traced by the positions", helix,
-    needs=("W_pos",), params={"n_components": 6, "edge": 100, "window": 4, "fft_pad": 16, "n_outliers": 6},
+    needs=("W_pos",), params={"n_components": 6, "edge": EDGE, "window": 4, "fft_pad": 16, "n_outliers": 6,
+                              "period_block": 128, "period_boot": 4000, "period_level": 0.95, "period_windows": 4,
+                              "seed": 0},
     figures={"helix": plot_helix, "components": plot_components, "phase": plot_phase, "outliers": plot_outliers},
     files={"helix_3d.md": helix_3d_html},
 )

@@ -273,8 +273,42 @@ register(
 )
 
 
+def embedding_layer_norm(tensors: Mapping[str, np.ndarray], shape: ModelShape):
+    """The LayerNorm that first reads token + position, as a function of rows: GPT-2's ln_1 of block 0 on e + p;
+    BERT's embedding LayerNorm on e + p + t₀ (t₀ the first token-type row). Float64."""
+    if shape.family == "gpt2":
+        gain, bias = (np.asarray(tensors[f"blocks.0.ln1.{k}"], dtype=np.float64) for k in "wb")
+        offset = 0.0
+    else:
+        gain, bias = (np.asarray(tensors[f"embed.ln.{k}"], dtype=np.float64) for k in "wb")
+        offset = np.asarray(tensors["W_token_type"][0], dtype=np.float64)
+
+    def apply(X: np.ndarray) -> np.ndarray:
+        Z = np.asarray(X, dtype=np.float64) + offset
+        Z = Z - Z.mean(axis=-1, keepdims=True)
+        return Z / np.sqrt((Z**2).mean(axis=-1, keepdims=True) + shape.ln_eps) * gain + bias
+
+    return apply
+
+
+def curve_distance(A: np.ndarray, B: np.ndarray) -> float:
+    """min over rows a of A and b of B of ‖a − b‖: how close two curves of points ever come."""
+    d2 = (A**2).sum(axis=1)[:, None] + (B**2).sum(axis=1)[None, :] - 2 * A @ B.T
+    return float(np.sqrt(max(d2.min(), 0.0)))
+
+
+def median_step(A: np.ndarray) -> float:
+    """Median distance between consecutive rows of A (one position step along a curve)."""
+    return float(np.median(np.linalg.norm(np.diff(A, axis=0), axis=1)))
+
+
+def subspace_overlap(A: np.ndarray, B: np.ndarray) -> float:
+    """‖AᵀB‖²_F / k for orthonormal D × k bases: the mean squared cosine of the principal angles (k/D by chance)."""
+    return float(np.sum((A.T @ B) ** 2) / A.shape[1])
+
+
 def embedding_ball_overlap(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_pairs: int, n_neighbours: int,
-                           seed: int) -> Result:
+                           seed: int, n_curve_pairs: int, subspace_ks: tuple[int, ...]) -> Result:
     """Token embeddings as centres, the median position-embedding norm as radius: how much do the balls overlap?
 
     Each token e can be moved by adding a position embedding of norm about r, so it can land anywhere in a
@@ -294,11 +328,13 @@ def embedding_ball_overlap(tensors: Mapping[str, np.ndarray], shape: ModelShape,
     sample = rng.choice(len(E), n_neighbours, replace=False)
     sq = (E**2).sum(axis=1)
     nearest = np.empty(n_neighbours)
+    nn_index = np.empty(n_neighbours, dtype=np.int64)
     for start in range(0, n_neighbours, 100):  # blocks of 100 rows keep the distance matrix small
         rows = sample[start:start + 100]
         dist2 = sq[rows, None] + sq[None, :] - 2 * E[rows] @ E.T
         dist2[np.arange(len(rows)), rows] = np.inf
-        nearest[start:start + 100] = dist2.min(axis=1)
+        nn_index[start:start + 100] = dist2.argmin(axis=1)
+        nearest[start:start + 100] = dist2[np.arange(len(rows)), nn_index[start:start + 100]]
     nn_ratio = np.sqrt(np.clip(nearest, 0, None)) / radius
     overlap = {"random": overlap_fraction(d, random_ratio), "nearest": overlap_fraction(d, nn_ratio)}
     overlap_3d = {"random": overlap_fraction(3, random_ratio), "nearest": overlap_fraction(3, nn_ratio)}
@@ -332,6 +368,47 @@ def embedding_ball_overlap(tensors: Mapping[str, np.ndarray], shape: ModelShape,
             f"overlap_3d_touching_median_{key}": Number(float(np.median(overlap_3d[key][touching])), ".1%",
                                                         f"median overlap the same c/r give in d = 3 ({key}, c < 2r)"),
         }
+    # What confusability actually asks: can some position make token a land near token b at some position?
+    # Both tokens trace a curve of n_ctx points after the LayerNorm; measure how close the two curves come,
+    # in units of one position step along a curve.
+    layer_norm = embedding_layer_norm(tensors, shape)
+    curve_pairs = {"random": list(zip(a[:n_curve_pairs], b[:n_curve_pairs])),
+                   "nearest": list(zip(sample[:n_curve_pairs], nn_index[:n_curve_pairs]))}
+    scale = []
+    for key, pairs in curve_pairs.items():
+        distances, ratios = [], []
+        for i, j in pairs:
+            A, B = layer_norm(E[i] + P), layer_norm(E[j] + P)
+            step = (median_step(A) + median_step(B)) / 2
+            distance = curve_distance(A, B)
+            distances.append(distance)
+            ratios.append(distance / step)
+            scale.append(float(np.median(np.linalg.norm(A, axis=1))))
+        distances, ratios = np.array(distances), np.array(ratios)
+        numbers |= {
+            f"curve_distance_median_{key}": Number(float(np.median(distances)), ".2f",
+                                                   f"median closest approach of the two LayerNorm curves ({key} pairs)"),
+            f"curve_ratio_median_{key}": Number(float(np.median(ratios)), ".2f",
+                                                f"median closest approach in position steps ({key} pairs)"),
+            f"curve_ratio_min_{key}": Number(float(ratios.min()), ".2f",
+                                             f"smallest closest approach in position steps ({key} pairs)"),
+            f"curve_within_step_{key}": Number(float(np.mean(ratios < 1)), ".0%",
+                                               f"share of {key} pairs whose curves come within one position step"),
+        }
+    numbers["n_curve_pairs"] = Number(n_curve_pairs, "d", "token pairs of each kind whose curves are compared")
+    numbers["layer_norm_scale"] = Number(float(np.median(scale)), ".2f", "median norm of a LayerNorm output row")
+    # Near-zero cosines between single vectors do not make the subspaces orthogonal: compare the subspaces.
+    centred_E, centred_P = E - E.mean(axis=0), P - P.mean(axis=0)
+    _, _, vt_E = np.linalg.svd(centred_E.T @ centred_E)
+    _, _, vt_P = np.linalg.svd(centred_P, full_matrices=False)
+    for k in subspace_ks:
+        overlap = subspace_overlap(vt_E[:k].T, vt_P[:k].T)
+        numbers[f"subspace_overlap_k{k}"] = Number(overlap, ".2g", f"mean cos² of the principal angles between the "
+                                                   f"top-{k} PCA subspaces of the token and position embeddings")
+        numbers[f"subspace_chance_k{k}"] = Number(k / d, ".3f", f"the same for random subspaces, k/D")
+        numbers[f"subspace_first_cos_k{k}"] = Number(
+            float(np.linalg.svd(vt_E[:k] @ vt_P[:k].T, compute_uv=False)[0]), ".2f",
+            f"cosine of the smallest principal angle between those top-{k} subspaces")
     return Result(numbers, {}, {"random_ratio": random_ratio, "nn_ratio": nn_ratio})
 
 
@@ -363,6 +440,7 @@ def plot_embedding_overlap(result: Result, shape: ModelShape):
 
 register(
     "embedding_ball_overlap", "Overlap of position balls around token embeddings", embedding_ball_overlap,
-    needs=("W_E", "W_pos"), params={"n_pairs": 20000, "n_neighbours": 1000, "seed": 0},
+    needs=("W_E", "W_pos"), params={"n_pairs": 20000, "n_neighbours": 1000, "seed": 0, "n_curve_pairs": 50,
+                                    "subspace_ks": (3, 10, 30)},
     figures={"overlap": plot_embedding_overlap},
 )

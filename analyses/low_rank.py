@@ -32,11 +32,17 @@ def position_subsets(n_positions: int, split: int) -> dict[str, np.ndarray]:
     if not 1 < split < n_positions - 1:
         raise ValueError(f"split must lie strictly inside 1..{n_positions - 2}, got {split}")
     n = np.arange(n_positions)
-    return {"all": n, "no_first": n[1:], "late": n[split:], "early": n[:split]}
+    return {"all": n, "no_first": n[1:], "late": n[split:], "early": n[:split], "early_no_first": n[1:split]}
 
 
 SUBSET_LABELS = {"all": "all positions", "no_first": "without position 0", "late": "positions ≥ {split}",
-                 "early": "positions < {split}"}
+                 "early": "positions < {split}", "early_no_first": "positions 1 to {split} − 1"}
+
+
+def principal_angles(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """Principal angles (degrees, ascending) between the column spans of two orthonormal bases."""
+    s = np.linalg.svd(np.asarray(A, dtype=np.float64).T @ np.asarray(B, dtype=np.float64), compute_uv=False)
+    return np.degrees(np.arccos(np.clip(s, -1.0, 1.0)))
 
 
 def singular_mass(singular_values: np.ndarray, k: int) -> float:
@@ -105,6 +111,12 @@ def low_rank(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, fractions:
                                                   f"{key}: components needed for {_pct(f)}% of the variance")
     for i in range(3):
         numbers[f"all_pc{i + 1}_share"] = Number(ratios["all"][i], ".4f", f"variance share of PC{i + 1}, all rows")
+    late_basis = top_right_singular_vectors(P[subsets["late"]], 3, center=True)
+    for key in ("early", "early_no_first"):
+        angles = principal_angles(top_right_singular_vectors(P[subsets[key]], 3, center=True), late_basis)
+        for i, angle in enumerate(angles):
+            numbers[f"{key}_late_angle{i + 1}"] = Number(float(angle), ".1f", f"principal angle {i + 1} (degrees) "
+                                                         f"between the top-3 PCA subspaces of {key} and late rows")
     labels = {k: v.format(split=split) for k, v in SUBSET_LABELS.items()}
     pca_rows = [(f"learned, {labels[k]}", len(rows), *_pca_row(ratios[k], fractions)) for k, rows in subsets.items()]
     pca_rows.append(("sinusoidal, all positions", len(S), *_pca_row(ratios["sinusoidal"], fractions)))
@@ -140,7 +152,7 @@ def plot_cumulative_variance(result: Result, shape: ModelShape):
     """Cumulative explained variance against the number of principal components (log x), per row set."""
     fig, ax = plotting.subplots()
     styles = {"all": ("C0", "-"), "no_first": ("C2", ":"), "late": ("C1", "--"), "early": ("C4", "-."),
-              "sinusoidal": ("0.3", "-")}
+              "early_no_first": ("C5", ":"), "sinusoidal": ("0.3", "-")}
     split = result.numbers["split"].value
     for key, (color, ls) in styles.items():
         r = result.arrays["ratios_" + key]

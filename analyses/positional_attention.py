@@ -21,6 +21,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from analyses.helix import EDGE, helix_period
 from analyses.toolkit import plotting
 from analyses.toolkit.linalg import top_right_singular_vectors
 from analyses.engine.registry import register
@@ -115,17 +116,22 @@ def head_statistics(A: np.ndarray, queries: np.ndarray) -> dict[str, float]:
     }
 
 
-def classify(stats: Mapping[str, float], *, key_mass: float, local_width: int) -> str:
-    """previous-token, current-token or first-position when the heaviest of those three keys holds on average
-    at least `key_mass` of the attention; else local window (half-width ≤ local_width); else diffuse."""
-    masses = {"previous-token": stats["mass_prev"], "current-token": stats["mass_self"],
-              "first-position": stats["mass_first"]}
-    heaviest = max(masses, key=masses.get)
-    if masses[heaviest] >= key_mass:
-        return heaviest
-    if stats["half_width"] <= local_width:
-        return "local window"
-    return "diffuse"
+KEY_CLASSES = (("current-token", "mass_self"), ("previous-token", "mass_prev"), ("first-position", "mass_first"))
+"""The classes defined by the mean attention on one key, and the statistic each reads."""
+
+
+def classify(stats: Mapping[str, float], *, key_mass: float, local_width: int) -> tuple[str, ...]:
+    """The classes of a head, by thresholds on its mean attention masses.
+
+    It is a current-token, previous-token and/or first-position head for every one of the keys i, i − 1
+    and 0 that holds on average at least `key_mass` of its attention (several can apply: a head may split
+    its attention between the query and the previous position). A head with none of these is a local
+    window head when half its attention lies within `local_width` tokens of the query, and diffuse otherwise.
+    """
+    labels = tuple(label for label, key in KEY_CLASSES if stats[key] >= key_mass)
+    if labels:
+        return labels
+    return ("local window",) if stats["half_width"] <= local_width else ("diffuse",)
 
 
 def max_pool(A: np.ndarray, block: int) -> np.ndarray:
@@ -159,7 +165,8 @@ def positional_attention(tensors: Mapping[str, np.ndarray], shape: ModelShape, *
     profiles, zooms, pooled, rows, classes = [], [], [], [], []
     numbers = {
         "min_query": Number(min_query, "d", "queries i < min_query are left out of every average"),
-        "key_mass": Number(key_mass, ".2f", "mean attention on one key for the previous/current/first classes"),
+        "key_mass": Number(key_mass, ".2f", "mean attention on one key that makes a current-, previous-token or "
+                                              "first-position head"),
         "local_width": Number(local_width, "d", "largest half-width |i − j| of a local-window head"),
         "pool": Number(pool, "d", "tile size of the max-pooled full patterns"),
         "zoom": Number(zoom, "d", "positions shown in the zoomed patterns"),
@@ -167,8 +174,9 @@ def positional_attention(tensors: Mapping[str, np.ndarray], shape: ModelShape, *
     for head, S in layer0_heads(tensors, shape):
         A = attention_pattern(S, causal)
         stats = head_statistics(A, queries)
-        label = classify(stats, key_mass=key_mass, local_width=local_width)
-        classes.append(label)
+        labels = classify(stats, key_mass=key_mass, local_width=local_width)
+        label = " + ".join(labels)
+        classes.append(labels)
         profiles.append(offset_profile(A, queries, offsets))
         zooms.append(A[:zoom, :zoom])
         pooled.append(max_pool(A, pool))
@@ -180,17 +188,21 @@ def positional_attention(tensors: Mapping[str, np.ndarray], shape: ModelShape, *
                          ("half_width", "d"), ("mean_distance", ".0f")):
             numbers[f"head{head}_{key}"] = Number(stats[key], fmt, f"layer-0 head {head}: {key}")
     for label in CLASSES:
-        members = [h for h, c in enumerate(classes) if c == label]
+        members = [h for h, c in enumerate(classes) if label in c]
         key = label.replace("-", "_").replace(" ", "_")
         numbers[f"n_{key}"] = Number(len(members), "d", f"layer-0 heads classified {label}")
         numbers[f"heads_{key}"] = Text(spoken_list(members), f"the layer-0 heads classified {label}")
+    both = [h for h, c in enumerate(classes) if len(c) > 1]
+    numbers["n_several_keys"] = Number(len(both), "d", "layer-0 heads above the threshold on more than one key")
+    numbers["heads_several_keys"] = Text(spoken_list(both), "the layer-0 heads above the threshold on several keys")
     table = Table(("head", "class", "argmax i−1", "argmax i", "argmax 0", "mass self", "mass i−1", "mass 0", "half-width",
                    "mean |i−j|", "entropy (nats)"), tuple(rows),
                   formats={"argmax i−1": ".0%", "argmax i": ".0%", "argmax 0": ".0%", "mass self": ".3f", "mass i−1": ".3f",
                            "mass 0": ".3f", "mean |i−j|": ".1f", "entropy (nats)": ".2f"})
     return Result(numbers, {"heads": table},
                   {"profiles": np.array(profiles), "offsets": offsets, "zooms": np.array(zooms),
-                   "pooled": np.array(pooled), "classes": np.array(classes)})
+                   "pooled": np.array(pooled), "classes": np.array([" + ".join(c) for c in classes]),
+                   "masses": np.array([[r[5], r[6], r[7]] for r in rows])})
 
 
 def _head_grid(n_heads: int, width: float = 10.0):
@@ -244,6 +256,26 @@ def plot_zoom(result: Result, shape: ModelShape):
     return fig
 
 
+def plot_masses(result: Result, shape: ModelShape):
+    """Mean attention of each head on the query itself, the previous position and position 0, with the threshold."""
+    masses, classes = result.arrays["masses"], result.arrays["classes"]
+    threshold = result.numbers["key_mass"].value
+    fig, ax = plotting.subplots(figsize=(7.6, 3.4), layout="constrained")
+    heads = np.arange(len(masses))
+    for j, (label, color) in enumerate((("key i (self)", "C0"), ("key i − 1 (previous)", "C1"), ("key 0 (first)", "C2"))):
+        ax.bar(heads + (j - 1) * 0.27, masses[:, j], 0.27, color=color, label=label)
+    ax.axhline(threshold, color="0.3", lw=0.9, ls="--", label=f"threshold {result.numbers['key_mass'].text}")
+    short = {"current-token": "current", "previous-token": "previous", "first-position": "first",
+             "local window": "local", "diffuse": "diffuse"}
+    labels = [f"{h}: " + " + ".join(short[c] for c in label.split(" + ")) for h, label in zip(heads, classes)]
+    ax.set_xticks(heads, labels, fontsize=7, rotation=35, ha="right")
+    ax.set_ylabel("mean attention on the key")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=7, loc="upper right")
+    ax.set_title(f"{shape.name}, layer 0: attention on three keys, per head (position rows alone)")
+    return fig
+
+
 def plot_profiles(result: Result, shape: ModelShape):
     """Mean attention against offset i − j for every head (log colour)."""
     profiles, offsets, classes = result.arrays["profiles"], result.arrays["offsets"], result.arrays["classes"]
@@ -262,7 +294,7 @@ def plot_profiles(result: Result, shape: ModelShape):
 register(
     "positional_attention", "Layer-0 attention of the position rows alone", positional_attention, needs=NEEDS,
     params={"min_query": 32, "key_mass": 0.2, "local_width": 32, "max_offset": 64, "zoom": 48, "pool": 4},
-    figures={"patterns": plot_patterns, "zoom": plot_zoom, "profiles": plot_profiles},
+    figures={"patterns": plot_patterns, "zoom": plot_zoom, "profiles": plot_profiles, "masses": plot_masses},
 )
 
 # ---------------------------------------------------------------------------
@@ -286,11 +318,20 @@ def rotation_angle(M: np.ndarray) -> float:
     return float(np.arctan2(beta, alpha))
 
 
-def angular_speed(coords: np.ndarray) -> float:
-    """Median per-position change of the polar angle of 2-D coordinates, wrapped to (−π, π] (rad/token)."""
+def rotation_sense(coords: np.ndarray) -> float:
+    """+1 or −1: the sign of the median per-position change of the polar angle of 2-D coordinates."""
     theta = np.arctan2(coords[:, 1], coords[:, 0])
     step = np.angle(np.exp(1j * np.diff(theta)))
-    return float(np.median(step))
+    return float(np.sign(np.median(step)) or 1.0)
+
+
+def minimum_offset(phi: float, omega: float) -> float:
+    """The smallest offset δ ≥ 0 back from the query at which cos(ωδ − φ) is lowest: ((φ + π)/ω) mod 2π/|ω|.
+
+    A rotation by φ scores the key δ tokens back by cos(θ_i − θ_{i−δ} − φ) = cos(ωδ − φ) on a helix turning at
+    ω rad/token; it peaks at δ = φ/ω (the preferred offset) and is lowest half a turn away from that peak.
+    """
+    return float(((phi + np.pi) / omega) % (2 * np.pi / abs(omega)))
 
 
 def row_centred_r2(full: np.ndarray, part: np.ndarray, mask: np.ndarray) -> float:
@@ -308,7 +349,7 @@ def row_centred_r2(full: np.ndarray, part: np.ndarray, mask: np.ndarray) -> floa
 
 
 def positional_qk(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components: int,
-                  min_query: int) -> Result:
+                  min_query: int, edge: int) -> Result:
     """Each layer-0 head's QK form on P's top right-singular directions; rotation in the plane of PCs 1–2."""
     causal = shape.family == "gpt2"
     n = shape.n_ctx
@@ -316,15 +357,16 @@ def positional_qk(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_com
     basis = top_right_singular_vectors(P, n_components)
     z, gain, _ = position_inputs(tensors, shape)
     coords = z @ basis
-    omega = angular_speed(coords[:, :2])
+    period = helix_period(P, edge)  # THE helix period (analysis `helix`, same edge), as a signed rate here
+    omega = rotation_sense(coords[:, :2]) * 2 * np.pi / period
     mask = np.tril(np.ones((n, n), dtype=bool)) if causal else np.ones((n, n), dtype=bool)
     mask[:min_query] = False
     forms, rows, restricted_profiles, full_profiles = [], [], [], []
     offsets = np.arange(0, n // 2)
     queries = query_rows(n, causal, min_query)
     numbers = {
-        "omega_deg": Number(np.degrees(omega), ".3f", "helix angular speed in the PC1–PC2 plane (degrees/token)"),
-        "helix_period": Number(2 * np.pi / abs(omega), ".0f", "tokens per turn of the helix in the PC1–PC2 plane"),
+        "omega_deg": Number(np.degrees(omega), ".3f",
+                            "signed helix rate in the plane of P's top two directions, 360°/period (degrees/token)"),
         "n_components": Number(n_components, "d", "top right-singular directions of P kept"),
     }
     W_Q, W_K = tensors["blocks.0.attn.W_Q"], tensors["blocks.0.attn.W_K"]
@@ -336,11 +378,24 @@ def positional_qk(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_com
         preferred = phi / omega
         r2 = row_centred_r2(S, R, mask)
         forms.append(M)
-        rows.append((head, np.linalg.norm(M), anti, np.degrees(phi), preferred, r2))
         for name, S_ in (("restricted", R), ("full", S)):
             centred = S_ - np.where(mask, S_, 0).sum(axis=1, keepdims=True) / np.maximum(mask.sum(axis=1), 1)[:, None]
             (restricted_profiles if name == "restricted" else full_profiles).append(
                 offset_profile(centred, queries, offsets))
+        predicted_min = minimum_offset(phi, omega)
+        within = offsets < period  # the first minimum: within one turn back
+        min_restricted = int(offsets[within][np.nanargmin(restricted_profiles[-1][within])])
+        min_full = int(offsets[within][np.nanargmin(full_profiles[-1][within])])
+        rows.append((head, np.linalg.norm(M), anti, np.degrees(phi), preferred, predicted_min, min_restricted,
+                     min_full, r2))
+        numbers[f"head{head}_min_offset_predicted"] = Number(
+            predicted_min, ".0f", f"head {head}: offset back where cos(ωδ − φ) is lowest, ((φ + π)/ω) mod period")
+        numbers[f"head{head}_min_turns"] = Number(predicted_min / period, ".2f",
+                                                  f"head {head}: that offset as a fraction of a helix turn")
+        numbers[f"head{head}_min_offset_restricted"] = Number(
+            min_restricted, "d", f"head {head}: offset (within one turn) of the lowest mean restricted (top-k) score")
+        numbers[f"head{head}_min_offset_full"] = Number(min_full, "d",
+                                                        f"head {head}: offset (within one turn) of the lowest mean full positional score")
         numbers[f"head{head}_antisymmetric"] = Number(anti, ".2f", f"head {head}: ‖(M − Mᵀ)/2‖ / ‖M‖")
         numbers[f"head{head}_phi_deg"] = Number(np.degrees(phi), ".0f", f"head {head}: rotation angle φ (degrees)")
         numbers[f"head{head}_preferred_offset"] = Number(preferred, ".0f",
@@ -350,9 +405,11 @@ def positional_qk(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_com
     numbers["r2_median"] = Number(float(np.median(r2s)), ".2f", "median over heads of the top-k share")
     numbers["r2_max"] = Number(float(r2s.max()), ".2f", "largest top-k share of a head")
     numbers["r2_max_head"] = Number(int(r2s.argmax()), "d", "head with the largest top-k share")
-    table = Table(("head", "‖M‖_F", "antisymmetric share", "φ (degrees)", "φ/ω (tokens)", "R² of top-k scores"),
+    table = Table(("head", "‖M‖_F", "antisymmetric share", "φ (degrees)", "φ/ω (tokens)",
+                   "lowest at (predicted)", "lowest at (top-k form)", "lowest at (full)", "R² of top-k scores"),
                   tuple(rows), formats={"‖M‖_F": ".3f", "antisymmetric share": ".2f", "φ (degrees)": ".0f",
-                                        "φ/ω (tokens)": ".0f", "R² of top-k scores": ".2f"})
+                                        "φ/ω (tokens)": ".0f", "lowest at (predicted)": ".0f",
+                                        "R² of top-k scores": ".2f"})
     return Result(numbers, {"qk_forms": table},
                   {"forms": np.array(forms), "restricted": np.array(restricted_profiles),
                    "full": np.array(full_profiles), "offsets": offsets})
@@ -399,6 +456,6 @@ def plot_score_profiles(result: Result, shape: ModelShape):
 
 register(
     "positional_qk", "Layer-0 QK circuit on the top directions of P", positional_qk, needs=NEEDS,
-    params={"n_components": 3, "min_query": 32},
+    params={"n_components": 3, "min_query": 32, "edge": EDGE},
     figures={"forms": plot_forms, "score_profiles": plot_score_profiles},
 )

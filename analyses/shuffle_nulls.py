@@ -1,28 +1,41 @@
-"""Is the similarity structure of P more than its values would give anyway? Two shuffle null models.
+"""Is the similarity structure of P more than a simpler matrix would give anyway? Four null models.
 
-Null "entries": all n_ctx·D entries of P permuted together. It keeps the multiset of values
-and destroys every structure, including each dimension's own mean and scale.
-Null "columns": each dimension's values permuted over positions, independently per dimension.
-It keeps every dimension's marginal (mean, scale, outliers) and destroys only the order, so
-what survives it is organisation across positions, not a side effect of unequal dimensions.
+Each null keeps one property of P and randomises the rest; what the observation shows beyond a
+null is what that property cannot explain. From weakest to strongest:
 
-For each of the two similarity matrices (over positions: rows of P; over dimensions: its
-columns), three statistics of the unique off-diagonal cosines: their standard deviation, the
-fraction with |cos| > t, and the largest |cos|. With N draws, the one-sided empirical p-value is
-p = (1 + #{null ≥ observed}) / (1 + N), and the effect size is (observed − null mean) / null std.
-Observed values are computed in float64; null draws use float32 matmuls (error ~1e-6, far below
-every gap reported here).
+* "entries": all n_ctx·D entries of P permuted together. Keeps the multiset of values; destroys
+  every structure, including each dimension's own mean and scale.
+* "columns": each dimension's values permuted over positions, independently per dimension. Keeps
+  every dimension's marginal (mean, scale, outliers); destroys its order along positions, so also
+  its smoothness.
+* "phases_independent": each column phase-randomised on its own (`toolkit.surrogates`). Keeps
+  every dimension's power spectrum, hence its mean, scale and smoothness (its autocovariance at
+  every lag); destroys how the dimensions are coordinated with one another.
+* "phases_shared": one set of random phases for all columns. Also keeps every cross-spectrum, so
+  PᵀP, the cosines between dimensions and the singular values of P are kept exactly; it destroys
+  only where along the context things happen (the part of PPᵀ that is not circulant).
+
+Statistics: for each of the two similarity matrices (over positions: rows of P; over dimensions:
+its columns), the standard deviation of the unique off-diagonal cosines, the fraction with
+|cos| > t and the largest |cos|; and for P itself the share of variance in its top k principal
+components. Statistics that a null keeps by construction are reported as kept, not tested. With
+N draws, the one-sided empirical p-value is p = (1 + #{null ≥ observed}) / (1 + N) and the effect
+size is (observed − null mean) / null std. Observed values are float64; null draws use float32
+matrix products (relative error ~1e-6, far below every gap reported here).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import cache
 
 import numpy as np
 from scipy.linalg.blas import ssyrk
+from scipy.sparse.linalg import eigsh
 
 from analyses.toolkit import plotting
-from analyses.toolkit.linalg import cosine_matrix, upper_triangle
+from analyses.toolkit.linalg import cosine_matrix, explained_variance_ratio, upper_triangle
+from analyses.toolkit.surrogates import phase_randomise
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table
 from analyses.engine.sources import ModelShape
@@ -30,6 +43,8 @@ from analyses.engine.sources import ModelShape
 KINDS = ("positions", "dimensions")
 STATISTICS = ("std", "frac_abs_above", "max_abs")
 STATISTIC_LABELS = {"std": "std of cos", "frac_abs_above": "fraction with abs(cos) > t", "max_abs": "largest abs(cos)"}
+PCA_KEY = "pca_top"
+"""Key of the principal-component statistic: variance share of the top `n_components` components."""
 
 
 def shuffle_entries(P: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -42,32 +57,116 @@ def shuffle_columns(P: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return rng.permuted(P, axis=0)
 
 
+def phases_independent(P: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Each column of P phase-randomised with its own phases (keeps every column's power spectrum)."""
+    return phase_randomise(P, rng, shared=False)
+
+
+def phases_shared(P: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """All columns of P phase-randomised with the same phases (keeps every cross-spectrum, hence PᵀP)."""
+    return phase_randomise(P, rng, shared=True)
+
+
 NULLS: dict[str, Callable[[np.ndarray, np.random.Generator], np.ndarray]] = {
-    "entries": shuffle_entries, "columns": shuffle_columns}
+    "entries": shuffle_entries, "columns": shuffle_columns, "phases_independent": phases_independent,
+    "phases_shared": phases_shared}
+NULL_LABELS = {"entries": "all entries shuffled", "columns": "each dimension shuffled",
+               "phases_independent": "independent phases", "phases_shared": "shared phases"}
+KEPT_BY_CONSTRUCTION = {"phases_shared": frozenset({"dimensions_std", "dimensions_frac_abs_above",
+                                                    "dimensions_max_abs", PCA_KEY})}
+"""Statistics a null reproduces exactly (up to rounding) because it keeps PᵀP and the singular values."""
+
+
+@cache
+def _upper_pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row and column indices of the strict upper triangle of an n × n matrix, row by row (as `upper_triangle`)."""
+    return np.triu_indices(n, k=1)
+
+
+def _upper_index(n: int) -> np.ndarray:
+    """Flat indices of the strict upper triangle of an n × n matrix, row by row."""
+    rows, cols = _upper_pairs(n)
+    return rows * n + cols
+
+
+REFINE = 1e-5
+"""Single-precision cosines within this of the largest value or of the threshold are recomputed in double
+precision, so that the maximum and the count above the threshold do not depend on rounding (~1e-7)."""
 
 
 def _cosines_float32(M: np.ndarray) -> np.ndarray:
     """The unique off-diagonal cosines of the rows of M in float32; BLAS ssyrk fills only the upper triangle."""
     U = M / np.linalg.norm(M, axis=1, keepdims=True)
-    return upper_triangle(ssyrk(1.0, U.T, trans=1))
+    return ssyrk(1.0, U.T, trans=1).ravel()[_upper_index(len(M))]
 
 
-def similarity_statistics(P: np.ndarray, threshold: float, bins: int,
-                          exact: bool = True) -> tuple[dict[str, float], dict[str, np.ndarray]]:
-    """The statistics of both similarity matrices of P, and histogram counts of their off-diagonal cosines.
+def top_variance_share(P: np.ndarray, k: int) -> float:
+    """Share of the variance of P's rows (centred) in its top k principal components (float64 SVD)."""
+    return float(explained_variance_ratio(P)[:k].sum())
 
-    Returns ({"<kind>_<statistic>": value}, {kind: counts over `bins` equal bins of [-1, 1]}).
-    exact=True: float64 cosines from `linalg.cosine_matrix`; exact=False: float32, for the many null draws.
+
+def _top_share_of_covariance(C: np.ndarray, k: int) -> float:
+    """Σ of the k largest eigenvalues of a symmetric covariance over its trace, by Lanczos iteration (ARPACK,
+    fixed start vector, relative tolerance 1e-10: exact to rounding for the sum of well-separated top values)."""
+    top = eigsh(C, k=k, which="LA", v0=np.ones(len(C)), tol=1e-10, return_eigenvectors=False)
+    return float(top.sum() / np.trace(C))
+
+
+def _statistics(values: np.ndarray, kind: str, threshold: float, bins: int, stats: dict, hists: dict,
+                exact_rows: np.ndarray | None = None) -> None:
+    """std, fraction of |v| > threshold, largest |v|, and histogram of the unique cosines `values`.
+
+    With `exact_rows` (the float64 matrix whose row cosines `values` approximates in float32), the values
+    that decide the maximum and the threshold count are recomputed from it in float64.
     """
-    stats, hists = {}, {}
-    for kind, M in zip(KINDS, (P, P.T)):
-        values = upper_triangle(cosine_matrix(M)) if exact else _cosines_float32(np.asarray(M, dtype=np.float32))
-        magnitude = np.abs(values)
-        stats[f"{kind}_std"] = float(values.std(dtype=np.float64))
-        stats[f"{kind}_frac_abs_above"] = float(np.count_nonzero(magnitude > threshold) / values.size)
-        stats[f"{kind}_max_abs"] = float(magnitude.max())
-        index = np.clip(((values + 1) * (bins / 2)).astype(np.int64), 0, bins - 1)
-        hists[kind] = np.bincount(index, minlength=bins)
+    magnitude = np.abs(values)
+    stats[f"{kind}_std"] = float(values.std(dtype=np.float64))
+    above = np.count_nonzero(magnitude > threshold + REFINE)
+    largest = float(magnitude.max())
+    if exact_rows is not None:
+        rows, cols = _upper_pairs(len(exact_rows))
+        near = np.flatnonzero((np.abs(magnitude - threshold) <= REFINE) | (magnitude >= largest - REFINE))
+        unit = exact_rows / np.linalg.norm(exact_rows, axis=1, keepdims=True)
+        exact = np.abs(np.einsum("ij,ij->i", unit[rows[near]], unit[cols[near]]))
+        in_band = np.abs(magnitude[near] - threshold) <= REFINE
+        above += np.count_nonzero(exact[in_band] > threshold)
+        largest = float(exact[magnitude[near] >= largest - REFINE].max())
+    else:
+        above += np.count_nonzero((magnitude > threshold) & (magnitude <= threshold + REFINE))
+    stats[f"{kind}_frac_abs_above"] = float(above / values.size)
+    stats[f"{kind}_max_abs"] = largest
+    index = np.clip(((values + 1) * (bins / 2)).astype(np.int64), 0, bins - 1)
+    hists[kind] = np.bincount(index, minlength=bins)
+
+
+def similarity_statistics(P: np.ndarray, threshold: float, bins: int, n_components: int = 3,
+                          exact: bool = True) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    """The statistics of P, and histogram counts of the off-diagonal cosines of both similarity matrices.
+
+    Returns ({"<kind>_<statistic>": value, PCA_KEY: value}, {kind: counts over `bins` equal bins of [-1, 1]}).
+    exact=True: float64 throughout (cosines from `linalg.cosine_matrix`, PCA by SVD). exact=False, for the
+    many null draws: float32 products, one PᵀP for both the dimension cosines and the covariance, whose top
+    eigenvalues come from Lanczos iteration; the largest |cos| and the count above the threshold are settled
+    in float64 (see REFINE), so only the standard deviation and the PCA share carry float32 rounding (~1e-7
+    relative, far below every difference reported).
+    """
+    stats: dict[str, float] = {}
+    hists: dict[str, np.ndarray] = {}
+    if exact:
+        for kind, M in zip(KINDS, (P, P.T)):
+            _statistics(upper_triangle(cosine_matrix(M)), kind, threshold, bins, stats, hists)
+        stats[PCA_KEY] = top_variance_share(P, n_components)
+        return stats, hists
+    P64 = np.asarray(P, dtype=np.float64)
+    P = np.asarray(P, dtype=np.float32)
+    _statistics(_cosines_float32(P), "positions", threshold, bins, stats, hists, exact_rows=P64)
+    gram = np.triu(ssyrk(1.0, P, trans=1)).astype(np.float64)  # PᵀP, upper triangle
+    gram += np.triu(gram, 1).T
+    scale = 1 / np.sqrt(np.diag(gram))
+    _statistics((gram * scale[:, None] * scale[None, :]).ravel()[_upper_index(len(gram))], "dimensions", threshold,
+                bins, stats, hists, exact_rows=P64.T)
+    mean = P.mean(axis=0, dtype=np.float64)
+    stats[PCA_KEY] = _top_share_of_covariance(gram - len(P) * np.outer(mean, mean), n_components)
     return stats, hists
 
 
@@ -86,90 +185,142 @@ def effect_size(null: np.ndarray, observed: float) -> float:
     return float(gap / spread)
 
 
-def null_draws(P: np.ndarray, null: str, n_draws: int, seed: int, threshold: float,
-               bins: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def null_draws(P: np.ndarray, null: str, n_draws: int, seed: int, threshold: float, bins: int,
+               n_components: int = 3) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Statistics (arrays of length n_draws) and histograms ([n_draws, bins]) of one null model."""
     rng = np.random.default_rng(seed)
-    stats = {f"{k}_{s}": np.empty(n_draws) for k in KINDS for s in STATISTICS}
+    stats: dict[str, np.ndarray] = {}
     hists = {k: np.empty((n_draws, bins), dtype=np.int64) for k in KINDS}
-    shuffle = NULLS[null]
-    P32 = np.asarray(P, dtype=np.float32)
+    surrogate = NULLS[null]
+    P = np.asarray(P, dtype=np.float64)
     for draw in range(n_draws):
-        values, counts = similarity_statistics(shuffle(P32, rng), threshold, bins, exact=False)
+        values, counts = similarity_statistics(surrogate(P, rng), threshold, bins, n_components, exact=False)
         for key, value in values.items():
-            stats[key][draw] = value
+            stats.setdefault(key, np.empty(n_draws))[draw] = value
         for kind in KINDS:
             hists[kind][draw] = counts[kind]
     return stats, hists
 
 
+def _label(key: str, threshold: float, n_components: int) -> tuple[str, str]:
+    """(similarity, statistic) columns of the table for a statistic key."""
+    if key == PCA_KEY:
+        return "P itself (PCA)", f"variance share of the top {n_components} components"
+    kind, statistic = key.split("_", 1)
+    return kind, STATISTIC_LABELS[statistic].replace("> t", f"> {threshold:g}")
+
+
 def shuffle_nulls(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_draws: int, seed: int,
-                  threshold: float, bins: int) -> Result:
-    """Observed statistics of P's similarity matrices against both shuffle nulls; p-values and effect sizes."""
+                  threshold: float, bins: int, n_components: int) -> Result:
+    """Observed statistics of P against four null models; p-values and effect sizes where a null can differ."""
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
-    observed, observed_hists = similarity_statistics(P, threshold, bins)
+    observed, observed_hists = similarity_statistics(P, threshold, bins, n_components)
     numbers = {
         "n_draws": Number(n_draws, "d", "draws per null model"),
-        "seed": Number(seed, "d", "seed of the generator (the second null uses seed + 1)"),
+        "seed": Number(seed, "d", "seed of the generator of the first null (the i-th null uses seed + i)"),
         "threshold": Number(threshold, "g", "|cos| threshold"),
+        "n_components": Number(n_components, "d", "principal components in the variance-share statistic"),
         "min_p_value": Number(1 / (1 + n_draws), ".4f", "smallest attainable p-value, 1/(1 + n_draws)"),
     }
     rows, arrays = [], {"observed_hists": observed_hists, "observed": observed}
     for offset, null in enumerate(NULLS):
-        stats, hists = null_draws(P, null, n_draws, seed + offset, threshold, bins)
+        stats, hists = null_draws(P, null, n_draws, seed + offset, threshold, bins, n_components)
         arrays[f"{null}_stats"], arrays[f"{null}_hists"] = stats, hists
+        kept = KEPT_BY_CONSTRUCTION.get(null, frozenset())
         for key, null_values in stats.items():
-            kind, statistic = key.split("_", 1)
+            similarity_kind, label = _label(key, threshold, n_components)
+            if key in kept:  # equal to the observation by construction (draws differ only by rounding): no test
+                numbers[f"{null}_{key}_null_mean"] = Number(observed[key], ".3f", f"{null} null: {key}, kept")
+                rows.append((NULL_LABELS[null], similarity_kind, label, observed[key], observed[key], 0.0,
+                             observed[key], "kept exactly", "kept exactly"))
+                continue
+            mean, spread = float(null_values.mean()), float(null_values.std(ddof=1))
+            numbers[f"{null}_{key}_null_mean"] = Number(mean, ".3f", f"{null} null: mean of {key}")
             p, z = empirical_p_value(null_values, observed[key]), effect_size(null_values, observed[key])
-            label = STATISTIC_LABELS[statistic].replace("> t", f"> {threshold:g}")
-            rows.append((null, kind, label, observed[key], null_values.mean(), null_values.std(ddof=1),
-                         null_values.max(), p, z if np.isfinite(z) else "unbounded (constant null)"))
+            rows.append((NULL_LABELS[null], similarity_kind, label, observed[key], mean, spread,
+                         float(null_values.max()), p, z if np.isfinite(z) else "unbounded (constant null)"))
             numbers |= {
-                f"{null}_{key}_null_mean": Number(null_values.mean(), ".3f", f"{null} null: mean of {key}"),
                 f"{null}_{key}_null_max": Number(null_values.max(), ".3f", f"{null} null: largest {key} over draws"),
                 f"{null}_{key}_p": Number(p, ".4f", f"{null} null: empirical p-value of {key}"),
             }
             if np.isfinite(z):  # JSON has no infinity: a constant null gets no effect-size number
-                numbers[f"{null}_{key}_effect"] = Number(z, ".0f", f"{null} null: effect size of {key}")
+                numbers[f"{null}_{key}_effect"] = Number(z, ".0f" if abs(z) >= 10 else ".1f",
+                                                         f"{null} null: effect size of {key}")
     for key, value in observed.items():
         numbers[f"observed_{key}"] = Number(value, ".3f", f"observed {key}")
+    tested = [r for r in rows if not isinstance(r[7], str)]
+    numbers["n_tests"] = Number(len(tested), "d", "null/statistic pairs tested (not kept by construction)")
+    numbers["n_tests_at_floor"] = Number(sum(r[7] == 1 / (1 + n_draws) for r in tested), "d",
+                                         "tested pairs whose p-value is the floor 1/(1 + n_draws)")
     table = Table(("null", "similarity", "statistic", "observed", "null mean", "null std", "null max", "p-value",
                    "effect size"), tuple(rows),
                   {"observed": ".3f", "null mean": ".3f", "null std": ".2e", "null max": ".3f", "p-value": ".4f",
-                   "effect size": ".0f"})
+                   "effect size": ".3g"})
     return Result(numbers, {"null_tests": table}, arrays)
+
+
+COLORS = {"entries": "0.45", "columns": "C1", "phases_independent": "C2", "phases_shared": "C4"}
 
 
 def plot_bands(result: Result, shape: ModelShape):
     """Observed density of off-diagonal cosines against each null's median and 0.5–99.5 % band, per kind."""
-    fig, axes = plotting.subplots(1, 2, figsize=(9.6, 3.8), layout="constrained")
-    colors = {"entries": "0.45", "columns": "C1"}
-    labels = {"entries": "null: all entries shuffled", "columns": "null: each dimension shuffled"}
+    fig, axes = plotting.subplots(1, 2, figsize=(9.6, 3.9), layout="constrained")
     for ax, kind in zip(axes, KINDS):
         observed = result.arrays["observed_hists"][kind]
         bins = len(observed)
         edges = np.linspace(-1, 1, bins + 1)
         width = 2 / bins
         for null in NULLS:
+            if f"{kind}_std" in KEPT_BY_CONSTRUCTION.get(null, ()):
+                continue  # identical to the observation
             hists = result.arrays[f"{null}_hists"][kind]
             density = hists / (hists.sum(axis=1, keepdims=True) * width)
             low, median, high = np.percentile(density, [0.5, 50, 99.5], axis=0)
             ax.fill_between(edges, np.append(low, low[-1]), np.append(high, high[-1]), step="post",
-                            color=colors[null], alpha=0.35, lw=0)
-            ax.stairs(median, edges, color=colors[null], lw=1, label=labels[null])
-        ax.stairs(observed / (observed.sum() * width), edges, color="C0", lw=1.5, label="observed")
+                            color=COLORS[null], alpha=0.35, lw=0)
+            ax.stairs(median, edges, color=COLORS[null], lw=1, label=f"null: {NULL_LABELS[null]}")
+        ax.stairs(observed / (observed.sum() * width), edges, color="C0", lw=1.6, label="observed")
         ax.set_xlim(-1, 1)
         ax.set_xlabel("cosine similarity (off-diagonal, each pair once)")
         ax.set_ylabel("density")
         ax.set_title(f"between {kind}")
-    axes[0].legend(loc="upper left", fontsize=8)
+    axes[0].legend(loc="upper left", fontsize=7)
     n = result.numbers["n_draws"].text
-    fig.suptitle(f"{shape.name}: observed cosines against {n} draws of each shuffle null (0.5–99.5 % band)")
+    fig.suptitle(f"{shape.name}: observed cosines against {n} draws of each null (0.5–99.5 % band); "
+                 "between dimensions the shared-phase null equals the observation")
+    return fig
+
+
+def plot_effects(result: Result, shape: ModelShape):
+    """|effect size| of every statistic under every null, log scale: how far each null falls short."""
+    rows = result.tables["null_tests"].rows
+    keys = [(r[1], r[2]) for r in rows if r[0] == NULL_LABELS["entries"]]
+    fig, ax = plotting.subplots(figsize=(9.0, 3.9), layout="constrained")
+    width = 0.8 / len(NULLS)
+    for i, null in enumerate(NULLS):
+        values = []
+        for key in keys:
+            row = next(r for r in rows if r[0] == NULL_LABELS[null] and (r[1], r[2]) == key)
+            values.append(abs(row[8]) if not isinstance(row[8], str) else np.nan)
+        x = np.arange(len(keys)) + (i - (len(NULLS) - 1) / 2) * width
+        ax.bar(x, values, width, color=COLORS[null], label=NULL_LABELS[null])
+        for xi, v in zip(x, values):
+            if np.isnan(v):
+                ax.text(xi, 1.2, "kept", rotation=90, ha="center", va="bottom", fontsize=6, color=COLORS[null])
+    ax.set_yscale("log")
+    ax.axhline(3, color="0.4", lw=0.8, ls="--")
+    short = {"std of cos": "std", "largest abs(cos)": "max |cos|"}
+    names = [("P: top-k variance" if k.startswith("P itself") else
+              f"{k}: " + short.get(s, s.replace("fraction with abs(cos) > ", "frac |cos| > "))) for k, s in keys]
+    ax.set_xticks(range(len(keys)), names, fontsize=7, rotation=25, ha="right")
+    ax.set_ylabel("|effect size| (null standard deviations, log)")
+    ax.legend(fontsize=7, loc="upper right", ncols=2)
+    ax.set_title(f"{shape.name}: distance of each observed statistic from each null (dashed: 3)")
     return fig
 
 
 register(
-    "shuffle_nulls", "Similarity statistics against two shuffle null models", shuffle_nulls,
-    needs=("W_pos",), params={"n_draws": 200, "seed": 0, "threshold": 0.5, "bins": 100},
-    figures={"bands": plot_bands},
+    "shuffle_nulls", "Similarity statistics against four null models", shuffle_nulls,
+    needs=("W_pos",), params={"n_draws": 50, "seed": 0, "threshold": 0.5, "bins": 100, "n_components": 3},
+    figures={"bands": plot_bands, "effects": plot_effects},
 )

@@ -100,7 +100,8 @@ def _distribution_numbers(values: np.ndarray, kind: str, threshold: float) -> di
 
 def similarity(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, threshold: float, n_top: int,
                trajectory_ranks: tuple[int, ...], smooth_window: int, max_ringing_period: float,
-               slow_window: int, n_random_dims: int, n_extreme_dims: int, seed: int) -> Result:
+               slow_window: int, n_random_dims: int, n_extreme_dims: int, seed: int,
+               tutorial_ranks: tuple[int, int, int]) -> Result:
     """Similarity matrices and distributions, top dimension pairs, the offset curve, and smoothness per dimension."""
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
     n_pos, d = P.shape
@@ -123,6 +124,13 @@ def similarity(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, threshol
         "trajectory_pairs": Table(("rank by abs(cosine)", "dimension a", "dimension b", "cosine"),
                                   tuple((r, *by_abs[r - 1]) for r in trajectory_ranks), pair_formats),
     }
+    # the selection a tutorial printed as its "top 10": 0-based ranks np.linspace(first, last, count) of the
+    # ranking by signed cosine (every ~22nd pair of the top 200 for (0, 200, 10))
+    first, last, count = tutorial_ranks
+    picked = np.linspace(first, last, count).astype(int)
+    by_signed = top_pairs(C_dim, int(picked.max()) + 1, by_abs=False)
+    tables["tutorial_ranks"] = Table(("rank by signed cosine", "dimension a", "dimension b", "cosine"),
+                                     tuple((int(r) + 1, *by_signed[r]) for r in picked), pair_formats)
     numbers |= {
         "top_pair_a": Number(by_cos[0][0], "d", "dimension a of the most similar pair"),
         "top_pair_b": Number(by_cos[0][1], "d", "dimension b of the most similar pair"),
@@ -147,7 +155,6 @@ def similarity(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, threshol
             "offset_first_min_value": Number(mean[k_min], ".3f", "mean cosine at that offset"),
             "offset_next_max": Number(k_max + 1, "d", "offset of the next local maximum of the smoothed curve"),
             "offset_next_max_value": Number(mean[k_max], ".3f", "mean cosine at that offset"),
-            "slow_period": Number(2 * (k_max - k_min), "d", "slow period, 2 × (max offset − min offset)"),
         }
     numbers |= {
         "offset_first_negative": Number(int(below[0]) + 1 if below.size else -1, "d",
@@ -335,7 +342,8 @@ register(
     "similarity", "Cosine similarity over positions and dimensions", similarity,
     needs=("W_pos",),
     params={"threshold": 0.5, "n_top": 10, "trajectory_ranks": (1, 2, 3, 10, 100, 1000), "smooth_window": 15,
-            "max_ringing_period": 32.0, "slow_window": 51, "n_random_dims": 6, "n_extreme_dims": 3, "seed": 0},
+            "max_ringing_period": 32.0, "slow_window": 51, "n_random_dims": 6, "n_extreme_dims": 3, "seed": 0,
+            "tutorial_ranks": (0, 200, 10)},
     figures={"heatmaps": plot_heatmaps, "distributions": plot_distributions, "trajectories": plot_trajectories,
              "offset": plot_offset, "dimensions_random": plot_dimensions_random,
              "dimensions_extremes": plot_dimensions_extremes, "smoothness": plot_smoothness},

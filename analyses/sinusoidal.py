@@ -73,7 +73,15 @@ def offset_dot(offsets: np.ndarray, d_model: int, base: float = 10000.0) -> np.n
     return np.cos(k[:, None] * frequencies(d_model, base)[None, :]).sum(axis=1)
 
 
-def sinusoidal_identities(*, n_positions: int, d_model: int, base: float, offsets: tuple[int, ...]) -> Result:
+def column_period(column: int, d_model: int, base: float = 10000.0) -> float:
+    """Period in positions of column j of the table: 2π / ω_⌊j/2⌋ (columns 2i and 2i + 1 share ω_i)."""
+    if not 0 <= column < d_model:
+        raise ValueError(f"column must lie in 0..{d_model - 1}, got {column}")
+    return float(2 * np.pi / frequencies(d_model, base)[column // 2])
+
+
+def sinusoidal_identities(*, n_positions: int, d_model: int, base: float, offsets: tuple[int, ...],
+                          example_columns: tuple[int, ...]) -> Result:
     """Worst-case errors of the norm, shift and offset identities over a whole table, in float64.
 
     The shift identity is checked for every row n and each offset k in `offsets`, which may exceed
@@ -121,8 +129,19 @@ def sinusoidal_identities(*, n_positions: int, d_model: int, base: float, offset
         "cos_offset_1": Number(curve[0], ".4f", "cosine between neighbouring positions, (2/D) Σ cos ω_i"),
         "first_negative_offset": Number(first_negative, "d", "smallest offset with a negative cosine (0: none)"),
         "cos_min": Number(curve.min(), ".4f", "smallest cosine over the offsets in the table"),
+        "fastest_period": Number(column_period(0, d_model, base), ".2f",
+                                 "period in positions of the fastest pair, 2π"),
+        "slowest_period": Number(column_period(d_model - 1, d_model, base), ".0f",
+                                 "period in positions of the slowest pair, 2π L^(1 − 2/D)"),
+        "nyquist_period": Number(2, "d", "shortest period that integer positions can represent (Nyquist)"),
     }
-    return Result(numbers, {"shift": shift}, {"S": S, "C": C, "means": means, "curve": curve})
+    periods = Table(("column", "pair i", "period (positions)", "cycles in the table"),
+                    tuple((c, c // 2, column_period(c, d_model, base), n_positions / column_period(c, d_model, base))
+                          for c in example_columns),
+                    formats={"period (positions)": ".0f", "cycles in the table": ".2f"})
+    for c in example_columns:
+        numbers[f"period_column_{c}"] = Number(column_period(c, d_model, base), ".0f", f"period of column {c}")
+    return Result(numbers, {"shift": shift, "column_periods": periods}, {"S": S, "C": C, "means": means, "curve": curve})
 
 
 def plot_table(result: Result, shape: ModelShape | None):
@@ -154,7 +173,8 @@ register(
     "sinusoidal_identities", "Identities of the sinusoidal table, checked numerically", sinusoidal_identities,
     scope="common",
     params={"n_positions": 1024, "d_model": 768, "base": 10000.0,
-            "offsets": (0, 1, 2, 3, 7, 64, 500, 1023, 1024, 5000, 100000)},
+            "offsets": (0, 1, 2, 3, 7, 64, 500, 1023, 1024, 5000, 100000),
+            "example_columns": (0, 200, 300, 333, 400, 466, 500, 600, 767)},
     figures={"table": plot_table, "cosines": plot_cosines},
 )
 

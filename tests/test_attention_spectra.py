@@ -99,6 +99,9 @@ def test_reported_layer5_query_anisotropy(gpt2_weights):
     assert a["condition"] == pytest.approx(3.48e4, rel=0.005)
 
 
+BASELINES = {"n_gaussian": 3, "n_shuffles": 1, "seed": 0, "alpha": 0.05}
+
+
 def _layer_tensors(rng, matrices: dict[str, np.ndarray], H: int, layer: int = 0) -> dict[str, np.ndarray]:
     """Canonical per-head tensors of one layer whose full D × D maps (x @ W layout) are the given matrices."""
     dh = D // H
@@ -120,7 +123,7 @@ def test_attention_spectra_reports_the_anisotropy_of_a_planted_spectrum():
     W = orthogonal(rng, D) @ np.diag(s) @ orthogonal(rng, D)
     shape = ModelShape("planted", "gpt2", D, 8, 1, 4, 10, 4 * D, "pre")
     result = attention_spectra(_layer_tensors(rng, {"Q": W}, 4), shape, reference_model="gpt2", reference_layer=0,
-                               reference={"log_volume": 0.0, "effective_rank": 0.0, "condition": 1.0})
+                               reference={"log_volume": 0.0, "effective_rank": 0.0, "condition": 1.0}, **BASELINES)
     row = result.tables["anisotropy"].rows[0]
     assert row[:2] == (0, "W_Q")
     p = s / s.sum()
@@ -144,3 +147,28 @@ def test_alignment_enrichment_of_matrices_that_read_only_inside_or_outside_the_p
     assert numbers["l0_q_k3"].value == pytest.approx(D / 3, rel=1e-9)
     assert numbers["l0_k_k3"].value == pytest.approx(0.0, abs=1e-9)
     assert numbers["l0_q_folded_k3"].value == pytest.approx(D / 3, rel=1e-9)  # γ = 1 changes nothing
+
+
+def test_baselines_call_noise_noise_and_see_a_planted_spectrum():
+    """Gaussian W_Q, W_K, W_V, W_O sit on the Marchenko–Pastur effective rank and have unremarkable condition
+    numbers; a planted steep spectrum falls far below the Gaussian effective rank while its shuffle does not."""
+    from analyses.attention_spectra import attention_spectra
+    from analyses.toolkit.random_matrices import mp_effective_rank_fraction
+
+    rng = np.random.default_rng(9)
+    s = 2.0 ** (-np.arange(D) / 2)
+    planted = orthogonal(rng, D) @ np.diag(s) @ orthogonal(rng, D)
+    shape = ModelShape("planted", "gpt2", D, 8, 2, 4, 10, 4 * D, "pre")
+    tensors = _layer_tensors(rng, {}, 4) | _layer_tensors(rng, {"Q": planted}, 4, 1)
+    result = attention_spectra(tensors, shape, reference_model="none", reference_layer=0, reference={}, **BASELINES)
+    rows = {(r[0], r[1]): r for r in result.tables["baselines"].rows}
+    limit = mp_effective_rank_fraction(1.0) * D
+    assert result.numbers["gaussian_effective_rank_limit"].value == pytest.approx(limit)
+    for kind in "QKVO":  # layer 0 is noise
+        assert rows[(0, f"W_{kind}")][6] == pytest.approx(1.0, abs=0.05)  # effective rank / Gaussian
+        assert abs(rows[(0, f"W_{kind}")][8]) < 6  # log-volume within a few Gaussian sd of its exact mean
+    planted_row = rows[(1, "W_Q")]
+    assert planted_row[6] < 0.25 and planted_row[3] < 1e-4  # low effective rank; condition 2^23.5 is extreme
+    # a condition number of about D is typical of noise: no evidence of anisotropy
+    assert all(rows[(0, f"W_{k}")][3] > 1e-3 for k in "QKVO")
+    assert planted_row[7] == pytest.approx(limit, rel=0.1)  # its shuffle is noise again

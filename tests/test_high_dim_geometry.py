@@ -192,7 +192,12 @@ def test_embedding_ball_overlap_on_a_constructed_vocabulary():
     d, s, r = 16, 0.5, 0.6
     E = s * np.eye(d)
     P = r * np.eye(d)[::-1][:8]
-    result = embedding_ball_overlap({"W_E": E, "W_pos": P}, None, n_pairs=200, n_neighbours=d, seed=0)
+    from analyses.engine.sources import ModelShape
+
+    shape = ModelShape("vocabulary", "gpt2", d, 8, 1, 1, len(E), 4 * d, "pre")
+    tensors = {"W_E": E, "W_pos": P, "blocks.0.ln1.w": np.ones(d), "blocks.0.ln1.b": np.zeros(d)}
+    result = embedding_ball_overlap(tensors, shape, n_pairs=200, n_neighbours=d, seed=0, n_curve_pairs=4,
+                                    subspace_ks=(2,))
     numbers = {k: v.value for k, v in result.numbers.items()}
     ratio = s * np.sqrt(2) / r
     assert numbers["radius"] == pytest.approx(r, abs=EPS)
@@ -203,3 +208,51 @@ def test_embedding_ball_overlap_on_a_constructed_vocabulary():
         assert numbers[f"overlap_3d_touching_median_{key}"] == pytest.approx(float(overlap_fraction(3, ratio)),
                                                                              rel=1e-12)
     assert set(np.round(result.arrays["random_ratio"], 12)) == {round(ratio, 12)}
+
+
+def test_curve_distance_step_and_subspace_overlap_closed_forms():
+    from analyses.high_dim_geometry import curve_distance, median_step, subspace_overlap
+
+    t = np.arange(5.0)
+    A = np.column_stack([t, np.zeros(5)])
+    B = np.column_stack([t + 0.5, np.full(5, 2.0)])  # parallel line: closest approach √(0.5² + 2²)
+    assert curve_distance(A, B) == pytest.approx(np.hypot(0.5, 2.0))
+    assert median_step(A) == pytest.approx(1.0)
+    e = np.eye(6)
+    assert subspace_overlap(e[:, :2], e[:, :2]) == pytest.approx(1.0)
+    assert subspace_overlap(e[:, :2], e[:, 2:4]) == pytest.approx(0.0)
+    tilted = np.column_stack([e[:, 0], (e[:, 1] + e[:, 2]) / np.sqrt(2)])
+    assert subspace_overlap(e[:, :2], tilted) == pytest.approx((1 + 0.5) / 2)
+
+
+def test_embedding_layer_norm_standardises_token_plus_position():
+    from analyses.engine.sources import ModelShape
+    from analyses.high_dim_geometry import embedding_layer_norm
+
+    rng = np.random.default_rng(0)
+    d = 12
+    tensors = {"embed.ln.w": np.full(d, 2.0), "embed.ln.b": np.full(d, 1.0), "W_token_type": rng.standard_normal((2, d))}
+    shape = ModelShape("bert-like", "bert", d, 8, 1, 1, 10, 4 * d, "post")
+    X = rng.standard_normal((5, d))
+    out = embedding_layer_norm(tensors, shape)(X)
+    Z = X + tensors["W_token_type"][0]
+    expected = (Z - Z.mean(1, keepdims=True)) / np.sqrt(Z.var(1, keepdims=True) + shape.ln_eps) * 2.0 + 1.0
+    np.testing.assert_allclose(out, expected, atol=1e-12)
+
+
+def test_two_tokens_whose_curves_cross_are_within_a_step():
+    """Token b = token a shifted by exactly the difference of two positions: b at position 0 is a at position 3,
+    so the curves meet (closest approach 0 steps) although the tokens differ."""
+    from analyses.engine.sources import ModelShape
+
+    rng = np.random.default_rng(4)
+    d, n = 32, 40
+    P = np.cumsum(0.3 * rng.standard_normal((n, d)), axis=0)
+    E = rng.standard_normal((60, d))
+    E[1] = E[0] + P[3] - P[0]
+    shape = ModelShape("crossing", "gpt2", d, n, 1, 1, len(E), 4 * d, "pre")
+    tensors = {"W_E": E, "W_pos": P, "blocks.0.ln1.w": np.ones(d), "blocks.0.ln1.b": np.zeros(d)}
+    result = embedding_ball_overlap(tensors, shape, n_pairs=50, n_neighbours=60, seed=0, n_curve_pairs=60,
+                                    subspace_ks=(3,))
+    assert result.numbers["curve_ratio_min_nearest"].value == pytest.approx(0.0, abs=1e-6)
+    assert result.numbers["curve_within_step_nearest"].value > 0

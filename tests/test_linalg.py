@@ -70,3 +70,14 @@ def test_effective_rank_of_an_unequal_spectrum_weights_singular_values_not_their
     """σ = (3, 1): p = (3/4, 1/4), so exp H = 4 / 3^(3/4) ≈ 1.7548 (σ² weights would give p = (9/10, 1/10))."""
     assert effective_rank(np.array([3.0, 1.0])) == pytest.approx(4 / 3**0.75, rel=1e-14)
     assert effective_rank(np.array([2.0, 1.0, 1.0, 0.0])) == pytest.approx(2 * 2**0.5, rel=1e-14)  # p = ½, ¼, ¼
+
+
+def test_gram_singular_values_match_the_svd_for_matrices_and_stacks():
+    from analyses.toolkit.linalg import gram_singular_values
+
+    rng = np.random.default_rng(11)
+    for shape in ((40, 7), (7, 40), (25, 25)):
+        X = rng.standard_normal(shape)
+        np.testing.assert_allclose(gram_singular_values(X), np.linalg.svd(X, compute_uv=False), rtol=1e-10)
+    stack = rng.standard_normal((3, 30, 6))
+    np.testing.assert_allclose(gram_singular_values(stack), np.linalg.svd(stack, compute_uv=False), rtol=1e-10)

@@ -34,13 +34,15 @@ def test_softmax_rows_sum_to_one_and_respect_the_mask():
 
 
 def test_planted_heads_are_classified():
-    assert classify_scores(planted_scores(N, lambda i: i - 1)) == "previous-token"
-    assert classify_scores(planted_scores(N, lambda i: i)) == "current-token"
-    assert classify_scores(planted_scores(N, lambda i: 0 * i)) == "first-position"
-    assert classify_scores(np.zeros((N, N))) == "diffuse"  # uniform over the prefix
+    assert classify_scores(planted_scores(N, lambda i: i - 1)) == ("previous-token",)
+    assert classify_scores(planted_scores(N, lambda i: i)) == ("current-token",)
+    assert classify_scores(planted_scores(N, lambda i: 0 * i)) == ("first-position",)
+    assert classify_scores(np.zeros((N, N))) == ("diffuse",)  # uniform over the prefix
+    split = planted_scores(N, lambda i: i) + planted_scores(N, lambda i: i - 1)  # half on i, half on i − 1
+    assert classify_scores(split) == ("current-token", "previous-token")
     window = np.where(np.abs(np.arange(N)[:, None] - np.arange(N)[None, :]) <= 5, 0.0, -20.0)  # flat, 6 keys
-    assert classify_scores(window) == "local window"
-    assert classify_scores(planted_scores(N, lambda i: i + 1), causal=False) == "local window"  # next token
+    assert classify_scores(window) == ("local window",)
+    assert classify_scores(planted_scores(N, lambda i: i + 1), causal=False) == ("local window",)  # next token
 
 
 def test_statistics_of_a_previous_token_head():
@@ -136,13 +138,30 @@ def test_positional_attention_classifies_planted_previous_and_current_token_head
 
 
 def test_positional_qk_recovers_the_rotation_and_the_preferred_offsets():
+    """Three full turns of period 80: ω = 2π/80 from the helix period, peaks φ/ω back, and the lowest score
+    half a turn from the peak, ((φ + π)/ω) mod 80 (41 and 40 tokens back), seen in the restricted profile."""
     from analyses.positional_attention import positional_qk
 
     omega = 2 * np.pi / 80
-    tensors, shape = circle_heads(omega=omega)
-    numbers = {k: v.value for k, v in positional_qk(tensors, shape, n_components=2, min_query=8).numbers.items()}
-    assert numbers["helix_period"] == pytest.approx(80, rel=1e-6)
+    tensors, shape = circle_heads(n_ctx=240, omega=omega)
+    result = positional_qk(tensors, shape, n_components=2, min_query=8, edge=20)
+    numbers = {k: v.value for k, v in result.numbers.items()}
     assert abs(numbers["omega_deg"]) == pytest.approx(360 / 80, rel=1e-6)
     assert numbers["head0_preferred_offset"] == pytest.approx(1.0, rel=1e-6)
     assert numbers["head1_preferred_offset"] == pytest.approx(0.0, abs=1e-9)
+    assert numbers["head0_min_offset_predicted"] == pytest.approx(41.0, rel=1e-6)
+    assert numbers["head1_min_offset_predicted"] == pytest.approx(40.0, rel=1e-6)
+    assert numbers["head0_min_turns"] == pytest.approx(41 / 80, rel=1e-6)
+    assert numbers["head0_min_offset_restricted"] == 41 and numbers["head1_min_offset_restricted"] == 40
     assert numbers["head0_r2"] == pytest.approx(1.0, abs=1e-9)  # the scores live in the top-2 plane
+
+
+@pytest.mark.parametrize("phi", [-2.5, -1.0, 0.0, 0.7, 3.0])
+@pytest.mark.parametrize("omega", [2 * np.pi / 50, -2 * np.pi / 50])
+def test_minimum_offset_is_the_first_minimum_of_the_rotation_score(phi, omega):
+    from analyses.positional_attention import minimum_offset
+
+    delta = np.linspace(0, 50, 500001)[:-1]
+    expected = delta[np.argmin(np.cos(omega * delta - phi))]
+    assert minimum_offset(phi, omega) == pytest.approx(expected, abs=1e-3)
+    assert 0 <= minimum_offset(phi, omega) < 50

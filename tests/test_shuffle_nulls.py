@@ -1,4 +1,4 @@
-"""Constructed and closed-form checks of the shuffle null models (analyses/shuffle_nulls.py)."""
+"""Constructed and closed-form checks of the four null models (analyses/shuffle_nulls.py)."""
 
 from __future__ import annotations
 
@@ -6,19 +6,24 @@ import numpy as np
 import pytest
 
 from analyses.shuffle_nulls import (
+    KEPT_BY_CONSTRUCTION,
+    NULLS,
+    PCA_KEY,
     effect_size,
     empirical_p_value,
     shuffle_columns,
     shuffle_entries,
     shuffle_nulls,
     similarity_statistics,
+    top_variance_share,
 )
 from analyses.engine.sources import ModelShape
 
 SHAPE = ModelShape("constructed", "gpt2", 24, 48, 1, 1, 1, 4, "pre")
-PARAMS = {"n_draws": 200, "seed": 3, "threshold": 0.5, "bins": 40}
-P_VALUE_KEYS = [f"{null}_{kind}_{stat}_p" for null in ("entries", "columns") for kind in ("positions", "dimensions")
-                for stat in ("std", "frac_abs_above", "max_abs")]
+PARAMS = {"n_draws": 100, "seed": 3, "threshold": 0.5, "bins": 40, "n_components": 3}
+STAT_KEYS = [f"{kind}_{stat}" for kind in ("positions", "dimensions") for stat in ("std", "frac_abs_above", "max_abs")]
+P_VALUE_KEYS = [f"{null}_{key}_p" for null in NULLS for key in [*STAT_KEYS, PCA_KEY]
+                if key not in KEPT_BY_CONSTRUCTION.get(null, ())]
 
 
 def test_empirical_p_value_and_effect_size_closed_forms():
@@ -47,13 +52,21 @@ def test_float32_statistics_match_float64_and_histograms_count_every_pair():
     fast, _ = similarity_statistics(P, 0.5, 40, exact=False)
     for key, value in exact.items():
         assert fast[key] == pytest.approx(value, abs=1e-6)  # float32 rounding of cosines ~1e-7
+        if key.endswith(("_max_abs", "_frac_abs_above")):  # settled in float64
+            assert fast[key] == pytest.approx(value, rel=1e-13, abs=0)
+    # the Lanczos top-k share of the float32 covariance agrees with the float64 SVD
+    X = np.cumsum(np.random.default_rng(3).standard_normal((64, 20)), axis=0)
+    fast_pca = similarity_statistics(X, 0.5, 40, 3, exact=False)[0][PCA_KEY]
+    assert fast_pca == pytest.approx(top_variance_share(X, 3), rel=1e-5)
+    s = np.linalg.svd(X - X.mean(axis=0), compute_uv=False) ** 2
+    assert top_variance_share(X, 3) == pytest.approx(s[:3].sum() / s.sum(), rel=1e-12)
     assert hists["positions"].sum() == 48 * 47 // 2 and hists["dimensions"].sum() == 24 * 23 // 2
 
 
 def test_iid_matrix_gives_p_values_that_are_not_small():
     """Under an i.i.d. matrix both nulls are exchangeable with the observation: p-values are ~uniform."""
     p_values = []
-    for seed in range(3):
+    for seed in range(2):
         P = np.random.default_rng(100 + seed).standard_normal((48, 24))
         result = shuffle_nulls({"W_pos": P}, SHAPE, **PARAMS)
         p_values += [result.numbers[key].value for key in P_VALUE_KEYS]
@@ -69,7 +82,8 @@ def test_structured_matrix_gets_the_smallest_p_value():
     P += 0.01 * np.random.default_rng(0).standard_normal(P.shape)
     result = shuffle_nulls({"W_pos": P}, SHAPE, **PARAMS)
     smallest = 1 / (1 + PARAMS["n_draws"])
-    for key in ("entries_positions_std_p", "columns_positions_std_p", "entries_dimensions_max_abs_p"):
+    for key in ("entries_positions_std_p", "columns_positions_std_p", "entries_dimensions_max_abs_p",
+                "columns_pca_top_p", "phases_independent_pca_top_p"):
         assert result.numbers[key].value == pytest.approx(smallest)
     assert result.numbers["min_p_value"].value == pytest.approx(smallest)
 
@@ -81,3 +95,33 @@ def test_nulls_are_deterministic_under_the_seed():
     assert a.tables == b.tables
     c = shuffle_nulls({"W_pos": P}, SHAPE, **(PARAMS | {"seed": 4}))
     assert not np.array_equal(c.arrays["entries_stats"]["positions_std"], a.arrays["entries_stats"]["positions_std"])
+
+
+def test_shared_phases_keep_the_dimension_statistics_and_say_so():
+    """PᵀP and the singular values survive shared phases: those rows read "kept exactly" and carry no p-value."""
+    P = np.cumsum(np.random.default_rng(6).standard_normal((48, 24)), axis=0)
+    result = shuffle_nulls({"W_pos": P}, SHAPE, **(PARAMS | {"n_draws": 20}))
+    stats = result.arrays["phases_shared_stats"]
+    for key in KEPT_BY_CONSTRUCTION["phases_shared"]:
+        np.testing.assert_allclose(stats[key], result.arrays["observed"][key], rtol=1e-5)
+        assert f"phases_shared_{key}_p" not in result.numbers
+    rows = [r for r in result.tables["null_tests"].rows if r[0] == "shared phases"]
+    assert sum(r[7] == "kept exactly" for r in rows) == len(KEPT_BY_CONSTRUCTION["phases_shared"])
+    assert result.numbers["n_tests"].value == 4 * 7 - len(KEPT_BY_CONSTRUCTION["phases_shared"])
+
+
+def test_a_coordinated_helix_beats_independent_phases():
+    """A helix (1.3 turns and a rising axis) mixed into many dimensions: every column is smooth, but the variance
+    sits in three directions only because the columns are coordinated. Independent phases keep each column's
+    spectrum and break that coordination, so the top-3 variance share of the surrogates falls far below."""
+    rng = np.random.default_rng(11)
+    n, d = 96, 24
+    t = 2 * np.pi * 1.3 * np.arange(n) / n
+    helix = np.column_stack([np.cos(t), np.sin(t), np.linspace(-1, 1, n)])
+    P = helix @ rng.standard_normal((3, d)) + 0.02 * rng.standard_normal((n, d))
+    result = shuffle_nulls({"W_pos": P}, SHAPE, **(PARAMS | {"n_draws": 40}))
+    numbers = result.numbers
+    assert numbers["observed_pca_top"].value > 0.99
+    assert numbers["phases_independent_pca_top_p"].value == pytest.approx(1 / 41)
+    assert numbers["phases_independent_pca_top_effect"].value > 5
+    assert numbers["phases_independent_pca_top_null_mean"].value < 0.95

@@ -17,7 +17,8 @@ from analyses.engine.sources import ModelShape
 
 SHAPE = ModelShape("constructed", "gpt2", 16, 128, 1, 1, 1, 4, "pre")
 PARAMS = {"threshold": 0.5, "n_top": 5, "trajectory_ranks": (1, 2, 10), "smooth_window": 5,
-          "max_ringing_period": 16.0, "slow_window": 9, "n_random_dims": 3, "n_extreme_dims": 2, "seed": 7}
+          "max_ringing_period": 16.0, "slow_window": 9, "n_random_dims": 3, "n_extreme_dims": 2, "seed": 7,
+          "tutorial_ranks": (0, 6, 4)}
 
 
 def constructed_matrix() -> np.ndarray:
@@ -145,3 +146,13 @@ def test_offset_curve_leaves_out_an_outlying_first_position():
     assert numbers["offset_mean_10"].value == pytest.approx(np.cos(10 * theta), abs=1e-5)
     assert numbers["offset_first_negative"].value == int(np.ceil(np.pi / 2 / theta))
     assert numbers["offset_pos0_max_change"].value > 0.005
+
+
+def test_tutorial_selection_is_every_kth_rank_of_the_signed_ranking():
+    """np.linspace(0, 6, 4).astype(int) = 0, 2, 4, 6: the 1st, 3rd, 5th and 7th pairs by signed cosine."""
+    result = similarity({"W_pos": constructed_matrix()}, SHAPE, **PARAMS)
+    signed = result.tables["top_pairs_cos"].rows
+    picked = result.tables["tutorial_ranks"].rows
+    assert [r[0] for r in picked] == [1, 3, 5, 7]
+    assert picked[0][1:] == signed[0][1:] and picked[1][1:] == signed[2][1:]
+    assert all(picked[i][3] >= picked[i + 1][3] for i in range(3))

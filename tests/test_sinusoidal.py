@@ -144,7 +144,8 @@ def test_offset_dot_edge_cases():
 
 
 def test_identities_analysis_reports_errors_at_float_precision():
-    result = sinusoidal_identities(n_positions=128, d_model=32, base=10000.0, offsets=(0, 1, 127, 128, 1000))
+    result = sinusoidal_identities(n_positions=128, d_model=32, base=10000.0, offsets=(0, 1, 127, 128, 1000),
+                                   example_columns=(0, 31))
     numbers = {k: v.value for k, v in result.numbers.items()}
     assert numbers["norm"] == np.sqrt(16) and numbers["norm_sq"] == 16
     assert numbers["norm_max_error"] <= 2 * 32 * EPS
@@ -190,7 +191,7 @@ def test_comparison_with_a_rank_one_learned_table():
 
 def test_neighbour_cosine_of_the_two_dimensional_table_is_cos_one():
     """D = 2: PE(n) = (sin n, cos n), so neighbouring rows are 1 radian apart whatever the base."""
-    result = sinusoidal_identities(n_positions=50, d_model=2, base=10000.0, offsets=(1,))
+    result = sinusoidal_identities(n_positions=50, d_model=2, base=10000.0, offsets=(1,), example_columns=(0,))
     assert result.numbers["cos_offset_1"].value == pytest.approx(np.cos(1.0), abs=1e-14)
     assert result.numbers["first_negative_offset"].value == 2  # cos 2 < 0 < cos 1
 
@@ -206,3 +207,22 @@ def test_comparison_reads_the_learned_neighbour_cosine_of_a_planted_circle():
     assert numbers["first_negative_offset_learned"].value == int(np.ceil(np.pi / 2 / theta))
     assert numbers["cos_min_learned"].value == pytest.approx(-1.0, abs=1e-2)
     assert numbers["spread_offset_1_learned"].value == pytest.approx(0.0, abs=1e-12)
+
+
+def test_column_periods():
+    """Columns 2i and 2i + 1 share ω_i = L^(−2i/D): period 2π for the first pair, 2π L^(1 − 2/D) for the last."""
+    from analyses.sinusoidal import column_period
+
+    assert column_period(0, 768) == pytest.approx(2 * np.pi) == column_period(1, 768)
+    assert column_period(767, 768) == pytest.approx(2 * np.pi * 10000 ** (766 / 768))
+    assert column_period(200, 768) == pytest.approx(2 * np.pi * 10000 ** (200 / 768))
+    S = sinusoidal_table(2000, 16, base=100.0)
+    for c in (0, 5, 15):  # the table repeats after one period, to rounding
+        T = column_period(c, 16, base=100.0)
+        phase = np.arange(2000) * 2 * np.pi / T
+        expected = np.sin(phase) if c % 2 == 0 else np.cos(phase)
+        np.testing.assert_allclose(S[:, c], expected, atol=1e-9)
+    result = sinusoidal_identities(n_positions=64, d_model=16, base=100.0, offsets=(1,), example_columns=(0, 15))
+    assert result.numbers["fastest_period"].value == pytest.approx(2 * np.pi)
+    assert result.numbers["fastest_period"].value > result.numbers["nyquist_period"].value  # resolved, not aliased
+    assert result.tables["column_periods"].column("pair i") == [0, 7]

@@ -1,0 +1,231 @@
+"""Why a helix? How far the position Gram matrix depends on offset only, and what that predicts.
+
+With X the position table centred over positions (rows n = 0 … N−1), the Gram matrix G = X Xᵀ holds
+the inner products of every pair of positions. If G depended on the offset i − j only, it would be
+a Toeplitz matrix; if it were moreover periodic in the offset it would be circulant, diagonalised
+exactly by the discrete Fourier basis, and every frequency would come as a cosine–sine pair of
+equal eigenvalue. A cosine–sine pair with equal variance traced against each other is a circle,
+so the principal components of a matrix whose similarity depends on offset only are sinusoids,
+and its top two form a circle when the offset kernel peaks at a frequency other than zero
+(Gray 2006 for the Toeplitz–circulant link; Novembre & Stephens 2008 for sinusoidal principal
+components of smooth data).
+
+Measured here, for P and for baselines of the same shape:
+
+* the Toeplitz share τ = ‖T(G)‖²_F / ‖G‖²_F, T(G) the best Toeplitz approximation (each diagonal
+  replaced by its mean, an orthogonal projection, so ‖G‖² = ‖T(G)‖² + ‖G − T(G)‖²);
+* the circulant share κ = Σ_f (FGFᴴ)_ff² / ‖G‖²_F, F the unitary DFT: the energy on the diagonal of G
+  in the Fourier basis, i.e. of its best circulant approximation (κ ≤ τ);
+* the top eigenvalues and eigenvectors of G (the principal components over positions): the pair
+  ratio λ₂/λ₁ and each eigenvector's frequency (of its least-squares sinusoid, as in `helix`, in
+  cycles per context), and the same for T(G): the helix that the offset-only part would give.
+
+Baselines: D independent Gaussian random walks (smooth, not stationary: PCA of a random walk gives
+sinusoids of increasing frequency, not a pair), independent-phase surrogates of P (each column's
+spectrum kept, columns decoupled), and the sinusoidal table. Diagonal sums come from the columns'
+autocorrelations by FFT, top eigenpairs from Lanczos iteration (fixed start vector), all float64.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+from scipy.sparse.linalg import eigsh
+
+from analyses.helix import fit_sinusoid
+from analyses.sinusoidal import sinusoidal_table
+from analyses.toolkit import plotting
+from analyses.toolkit.surrogates import phase_randomise, random_walks
+from analyses.engine.registry import register
+from analyses.engine.results import Number, Result, Table
+from analyses.engine.sources import ModelShape
+
+
+def diagonal_sums(X: np.ndarray) -> np.ndarray:
+    """s_k = Σ_i G[i, i + k] for k = 0 … N−1, G = X Xᵀ, from the columns' autocorrelations (zero-padded FFT)."""
+    X = np.asarray(X, dtype=np.float64)
+    n = len(X)
+    spectrum = np.fft.rfft(X, n=2 * n, axis=0)
+    return np.fft.irfft((np.abs(spectrum) ** 2).sum(axis=1), n=2 * n)[:n]
+
+
+def toeplitz_part(X: np.ndarray) -> np.ndarray:
+    """T(G): the Toeplitz matrix whose k-th diagonal is the mean of the k-th diagonal of G = X Xᵀ."""
+    n = len(X)
+    t = diagonal_sums(X) / (n - np.arange(n))
+    return t[np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])]
+
+
+def _gram_norm_sq(X: np.ndarray) -> float:
+    """‖X Xᵀ‖²_F, computed as ‖Xᵀ X‖²_F (the same number)."""
+    return float(np.sum((X.T @ X) ** 2))
+
+
+def toeplitz_share(X: np.ndarray, gram_norm_sq: float | None = None) -> float:
+    """τ = ‖T(G)‖²_F / ‖G‖²_F for G = X Xᵀ (no N × N matrix formed; pass ‖G‖²_F if known)."""
+    X = np.asarray(X, dtype=np.float64)
+    n = len(X)
+    s = diagonal_sums(X)
+    toeplitz = s[0] ** 2 / n + 2 * np.sum(s[1:] ** 2 / (n - np.arange(1, n)))
+    return float(toeplitz / (gram_norm_sq if gram_norm_sq is not None else _gram_norm_sq(X)))
+
+
+def circulant_share(X: np.ndarray, gram_norm_sq: float | None = None) -> float:
+    """κ = Σ_f ((F G Fᴴ)_ff)² / ‖G‖²_F for G = X Xᵀ, F the unitary DFT: (FGFᴴ)_ff = Σ_d |X̂[f, d]|² / N."""
+    X = np.asarray(X, dtype=np.float64)
+    diagonal = (np.abs(np.fft.fft(X, axis=0)) ** 2).sum(axis=1) / len(X)
+    return float(np.sum(diagonal**2) / (gram_norm_sq if gram_norm_sq is not None else _gram_norm_sq(X)))
+
+
+def top_eigenpairs(G: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k largest eigenvalues (descending) and eigenvectors of a symmetric matrix, by Lanczos iteration.
+
+    Eigenvector signs are fixed so that each one's largest-magnitude entry is positive.
+    """
+    values, vectors = eigsh(G, k=k, which="LA", v0=np.ones(len(G)), tol=1e-12)
+    order = np.argsort(values)[::-1]
+    values, vectors = values[order], vectors[:, order]
+    signs = np.sign(vectors[np.abs(vectors).argmax(axis=0), np.arange(k)])
+    return values, vectors * signs
+
+
+def dominant_frequency(u: np.ndarray, pad: int) -> float:
+    """Cycles per len(u) of the least-squares sinusoid through u (`helix.fit_sinusoid`, started at the peak of the
+    zero-padded spectrum); at least half a cycle, the bound of that fit."""
+    n = np.arange(len(u))
+    return float(len(u) / fit_sinusoid(n, np.asarray(u, dtype=np.float64), pad).period)
+
+
+STATISTICS = (
+    ("toeplitz_share", "Toeplitz share τ of the Gram matrix"),
+    ("circulant_share", "circulant (Fourier-diagonal) share κ"),
+    ("top3_share", "variance share of the top 3 principal components"),
+    ("pair_ratio", "λ₂/λ₁ of the Gram matrix"),
+    ("pc1_cycles", "PC1: frequency of its fitted sinusoid (cycles per context)"),
+    ("pc2_cycles", "PC2: frequency of its fitted sinusoid (cycles per context)"),
+    ("pc3_cycles", "PC3: frequency of its fitted sinusoid (cycles per context)"),
+    ("toeplitz_pair_ratio", "λ₂/λ₁ of the Toeplitz part T(G)"),
+    ("toeplitz_pc1_cycles", "T(G), PC1: frequency of its fitted sinusoid (cycles per context)"),
+    ("toeplitz_pc2_cycles", "T(G), PC2: frequency of its fitted sinusoid (cycles per context)"),
+    ("top2_overlap", "overlap of the top-2 eigenvectors of G and of T(G)"),
+)
+
+
+def gram_statistics(X: np.ndarray, pad: int) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    """Every statistic of STATISTICS for a table X (rows: positions), and the arrays the figure draws."""
+    X = np.asarray(X, dtype=np.float64)
+    Xc = X - X.mean(axis=0)
+    G = Xc @ Xc.T
+    T = toeplitz_part(Xc)
+    values, vectors = top_eigenpairs(G, 4)
+    t_values, t_vectors = top_eigenpairs(T, 4)
+    gram_norm_sq = float(np.sum(G * G))
+    stats = {
+        "toeplitz_share": toeplitz_share(Xc, gram_norm_sq),
+        "circulant_share": circulant_share(Xc, gram_norm_sq),
+        "top3_share": float(values[:3].sum() / np.trace(G)),
+        "pair_ratio": float(values[1] / values[0]),
+        "toeplitz_pair_ratio": float(t_values[1] / t_values[0]),
+        "top2_overlap": float(np.sum((vectors[:, :2].T @ t_vectors[:, :2]) ** 2) / 2),
+    }
+    for j in range(3):
+        stats[f"pc{j + 1}_cycles"] = dominant_frequency(vectors[:, j], pad)
+    for j in range(2):
+        stats[f"toeplitz_pc{j + 1}_cycles"] = dominant_frequency(t_vectors[:, j], pad)
+    kernel = diagonal_sums(Xc) / (len(Xc) - np.arange(len(Xc)))
+    return stats, {"vectors": vectors, "t_vectors": t_vectors, "kernel": kernel / kernel[0], "G": G, "T": T}
+
+
+def toeplitz_gram(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_draws: int, seed: int, pad: int,
+                  sinusoid_base: float) -> Result:
+    """How Toeplitz (offset-only) the position Gram matrix is, and the components it implies, against baselines."""
+    P = np.asarray(tensors["W_pos"], dtype=np.float64)
+    n, d = P.shape
+    observed, arrays = gram_statistics(P, pad)
+    rng = np.random.default_rng(seed)
+    walks = [gram_statistics(random_walks(n, d, rng), pad) for _ in range(n_draws)]
+    phases = [gram_statistics(phase_randomise(P, rng, shared=False), pad) for _ in range(n_draws)]
+    sinusoidal, _ = gram_statistics(sinusoidal_table(n, d, sinusoid_base), pad)
+    baselines = {"walks": np.array([[w[0][k] for k, _ in STATISTICS] for w in walks]),
+                 "phases": np.array([[p[0][k] for k, _ in STATISTICS] for p in phases])}
+    rows = []
+    for i, (key, label) in enumerate(STATISTICS):
+        rows.append((label, observed[key], baselines["walks"][:, i].mean(), baselines["walks"][:, i].std(ddof=1),
+                     baselines["phases"][:, i].mean(), baselines["phases"][:, i].std(ddof=1), sinusoidal[key]))
+    columns = ("statistic", shape.name, "random walks: mean", "random walks: sd", "independent phases: mean",
+               "independent phases: sd", "sinusoidal table")
+    table = Table(columns, tuple(rows), formats=dict.fromkeys(columns[1:], ".3g"))
+    numbers = {"n_draws": Number(n_draws, "d", "draws of each baseline"),
+               "seed": Number(seed, "d", "seed of the baseline draws"),
+               "pad": Number(pad, "d", "zero-padding factor of the eigenvector spectra"),
+               "n_positions": Number(n, "d", "positions (rows of the Gram matrix)")}
+    fmt = {"toeplitz_share": ".0%", "circulant_share": ".0%", "top3_share": ".1%", "top2_overlap": ".2f"}
+    for i, (key, label) in enumerate(STATISTICS):
+        f = fmt.get(key, ".2f")
+        numbers[key] = Number(observed[key], f, label)
+        numbers[f"walks_{key}_mean"] = Number(float(baselines["walks"][:, i].mean()), f, f"random walks: {label}, mean")
+        numbers[f"walks_{key}_sd"] = Number(float(baselines["walks"][:, i].std(ddof=1)), ".3f" if "%" in f else f,
+                                            f"random walks: {label}, standard deviation")
+        numbers[f"phases_{key}_mean"] = Number(float(baselines["phases"][:, i].mean()), f,
+                                               f"independent phases: {label}, mean")
+        numbers[f"sinusoidal_{key}"] = Number(sinusoidal[key], f, f"sinusoidal table: {label}")
+    numbers["walks_pair_ratio_max"] = Number(float(baselines["walks"][:, 3].max()), ".2f",
+                                             "largest λ₂/λ₁ over the random-walk draws")
+    numbers["walks_toeplitz_share_max"] = Number(float(baselines["walks"][:, 0].max()), ".0%",
+                                                 "largest Toeplitz share over the random-walk draws")
+    numbers["nontoeplitz_share"] = Number(1 - observed["toeplitz_share"], ".0%",
+                                          "share of ‖G‖² outside the Toeplitz part, 1 − τ")
+    arrays |= {"walk_vectors": walks[0][1]["vectors"], "walk_kernel": walks[0][1]["kernel"],
+               "phase_kernel": phases[0][1]["kernel"]}
+    return Result(numbers, {"statistics": table}, arrays)
+
+
+def plot_gram(result: Result, shape: ModelShape):
+    """The centred Gram matrix of the positions beside its Toeplitz part (each diagonal replaced by its mean)."""
+    G, T = result.arrays["G"], result.arrays["T"]
+    top = float(np.percentile(np.abs(G), 99.5))  # a few outlying rows (position 0) would wash out the rest
+    fig, axes = plotting.subplots(1, 2, figsize=(8.4, 3.8), layout="constrained")
+    for ax, M, title in zip(axes, (G, T), (
+            "Gram matrix G of the centred positions",
+            f"its Toeplitz part T(G): {result.numbers['toeplitz_share'].text} of ‖G‖²")):
+        image = ax.imshow(M, cmap=plotting.DIVERGING, vmin=-top, vmax=top, interpolation="nearest", rasterized=True)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("position j")
+        ax.set_ylabel("position i")
+    fig.colorbar(image, ax=axes, fraction=0.03, pad=0.02).set_label("inner product (clipped at the 99.5th pct)")
+    fig.suptitle(f"{shape.name}: how far the similarity of positions depends on their offset only")
+    return fig
+
+
+def plot_kernels(result: Result, shape: ModelShape):
+    """Offset kernels t_k / t_0 (left) and the top two principal components over positions (right)."""
+    fig, (left, right) = plotting.subplots(1, 2, figsize=(9.6, 3.6), layout="constrained")
+    k = np.arange(len(result.arrays["kernel"]))
+    for key, label, style in (("kernel", shape.name, dict(color="C0", lw=1.5)),
+                              ("walk_kernel", "a random walk", dict(color="0.4", lw=1.2, ls="--")),
+                              ("phase_kernel", "independent phases of P", dict(color="C2", lw=1.0, ls=":"))):
+        left.plot(k, result.arrays[key], label=label, **style)
+    left.axhline(0, color="0.6", lw=0.6)
+    left.set_xlabel("offset k (positions)")
+    left.set_ylabel("mean of G along diagonal k / diagonal 0")
+    left.set_title("offset kernel of the Toeplitz part", fontsize=9)
+    left.legend(fontsize=7)
+    n = np.arange(len(k))
+    for j, color in ((0, "C0"), (1, "C1")):
+        right.plot(n, result.arrays["vectors"][:, j], color=color, lw=1.3, label=f"{shape.name}: PC{j + 1}")
+        right.plot(n, result.arrays["walk_vectors"][:, j], color=color, lw=1.0, ls="--",
+                   label=f"random walk: PC{j + 1}")
+    right.set_xlabel("position")
+    right.set_ylabel("eigenvector entry")
+    right.set_title("top two principal components over positions", fontsize=9)
+    right.legend(fontsize=7, ncols=2, loc="lower left")
+    fig.suptitle(f"{shape.name}: an oscillating offset kernel gives a cosine–sine pair; a random walk's does not")
+    return fig
+
+
+register(
+    "toeplitz_gram", "Why a helix: offset-only structure of the position Gram matrix", toeplitz_gram,
+    needs=("W_pos",), params={"n_draws": 10, "seed": 0, "pad": 16, "sinusoid_base": 10000.0},
+    figures={"gram": plot_gram, "kernels": plot_kernels},
+)
