@@ -464,8 +464,8 @@ def plot_overlaps(result: Result, shape: ModelShape):
 
 register(
     "attention_alignment", "Alignment of the attention matrices with the position subspace", attention_alignment,
-    needs=("W_pos", "blocks.*.attn.W_Q", "blocks.*.attn.W_K", "blocks.*.attn.W_V", "blocks.*.attn.W_O",
-           "blocks.*.ln1.w"),
+    needs=("W_pos", "blocks.*.attn.W_Q", "blocks.*.attn.W_K", "blocks.*.attn.W_V", "blocks.*.attn.W_O"),
+    family_needs={"gpt2": ("blocks.*.ln1.w",), "bert": ("embed.ln.w", "blocks.*.ln2.w")},  # `input_gain`
     params={"ks": (1, 3, 10, 30), "n_overlap_vectors": 16, "overlap_k": 10},
     figures={"alignment": plot_alignment, "overlaps": plot_overlaps},
 )

@@ -29,8 +29,9 @@ from analyses.engine.results import Number, Result, Table, Text, spoken_list
 from analyses.engine.sources import ModelShape
 
 CLASSES = ("previous-token", "current-token", "first-position", "local window", "diffuse")
-NEEDS = ("W_pos", "blocks.0.attn.W_Q", "blocks.0.attn.W_K", "blocks.0.attn.b_Q", "blocks.0.attn.b_K",
-         "blocks.0.ln1.w", "blocks.0.ln1.b")
+NEEDS = ("W_pos", "blocks.0.attn.W_Q", "blocks.0.attn.W_K", "blocks.0.attn.b_Q", "blocks.0.attn.b_K")
+FAMILY_NEEDS = {"gpt2": ("blocks.0.ln1.w", "blocks.0.ln1.b"), "bert": ("W_token_type", "embed.ln.w", "embed.ln.b")}
+"""What `position_inputs` reads besides NEEDS: the LayerNorm in front of layer 0 (and BERT's first segment row)."""
 
 
 def standardise(X: np.ndarray, eps: float) -> np.ndarray:
@@ -292,7 +293,8 @@ def plot_profiles(result: Result, shape: ModelShape):
 
 
 register(
-    "positional_attention", "Layer-0 attention of the position rows alone", positional_attention, needs=NEEDS,
+    "positional_attention", "Layer-0 attention of the position rows alone", positional_attention,
+    needs=NEEDS, family_needs=FAMILY_NEEDS,
     params={"min_query": 32, "key_mass": 0.2, "local_width": 32, "max_offset": 64, "zoom": 48, "pool": 4},
     figures={"patterns": plot_patterns, "zoom": plot_zoom, "profiles": plot_profiles, "masses": plot_masses},
 )
@@ -455,7 +457,8 @@ def plot_score_profiles(result: Result, shape: ModelShape):
 
 
 register(
-    "positional_qk", "Layer-0 QK circuit on the top directions of P", positional_qk, needs=NEEDS,
+    "positional_qk", "Layer-0 QK circuit on the top directions of P", positional_qk,
+    needs=NEEDS, family_needs=FAMILY_NEEDS,
     params={"n_components": 3, "min_query": 32, "edge": EDGE},
     figures={"forms": plot_forms, "score_profiles": plot_score_profiles},
 )

@@ -147,8 +147,11 @@ def _probe_job(checkpoint, needs):
     def needs_tokens(tensors, shape):
         raise AssertionError("must not run without its tensors")
 
-    return Job(Analysis("token_probe", "Token probe", needs_tokens, needs=needs), "tiny_gpt2",
-               local_source("tiny-gpt2", checkpoint))
+    def section(result, shape):
+        raise AssertionError("no text output is drawn for a skipped analysis")
+
+    return Job(Analysis("token_probe", "Token probe", needs_tokens, needs=needs, files={"section.md": section}),
+               "tiny_gpt2", local_source("tiny-gpt2", checkpoint))
 
 
 def test_missing_tensor_is_recorded_as_skipped_with_reason(cache, tiny_checkpoint, monkeypatch):
@@ -159,6 +162,9 @@ def test_missing_tensor_is_recorded_as_skipped_with_reason(cache, tiny_checkpoin
     manifest = cache.manifest("tiny_gpt2", "token_probe")
     assert manifest["status"] == "skipped"
     assert "`tokenizer`, `W_E`, `blocks.*.mlp.W_in`" in manifest["reason"] and "substitute" in manifest["reason"]
+    assert "`python -m analyses run token_probe --model tiny-gpt2` where the Hugging Face hub is reachable " \
+           "(`test-org/tiny-gpt2`)" in manifest["reason"]
+    assert (cache.entry("tiny_gpt2", "token_probe") / "section.md").read_text() == ""  # includable, empty
     status_md = (cache.entry("tiny_gpt2", "token_probe") / "status.md").read_text()
     assert "callout-warning" in status_md and "W_E" in status_md
 

@@ -21,7 +21,7 @@ from analyses.engine.checkpoint import WeightsError
 from analyses.engine.fingerprints import input_fingerprint, library_versions
 from analyses.engine.registry import Analysis, UnknownAnalysisError, all_analyses
 from analyses.engine.results import Result
-from analyses.engine.sources import MODELS, ModelSpec, WeightSource
+from analyses.engine.sources import MODELS, WEIGHTS_ENV, ModelSpec, WeightSource
 from analyses.toolkit.plotting import render
 
 
@@ -102,6 +102,17 @@ def _status_md(job: Job, manifest: dict) -> str:
             f"(code `{manifest['input']['code'][:12]}`).*\n")
 
 
+def _skip_reason(job: Job, missing: list[str]) -> str:
+    """Why a job was not run, and the command that runs it where the missing inputs exist."""
+    model, repo = job.source.name, MODELS[job.source.name].hub_repo
+    unset = f", with `${WEIGHTS_ENV}` unset" if model == "gpt2" else ""
+    where = (f"where the Hugging Face hub is reachable (`{repo}`{unset}), or with `--weights DIR` naming a full "
+             "local checkpoint" if repo else "with `--weights DIR` naming a full checkpoint")
+    return (f"This checkpoint of {model}, from {job.source.origin}, does not contain "
+            f"{', '.join(f'`{m}`' for m in missing)}, which this analysis needs; it was not run on a substitute. "
+            f"To compute it, run `python -m analyses run {job.analysis.name} --model {model}` {where}.")
+
+
 def execute(job: Job, cache: Cache, inputs: dict) -> dict:
     """Compute one job (or record it as skipped) and write its cache entry; returns the manifest.
 
@@ -112,11 +123,9 @@ def execute(job: Job, cache: Cache, inputs: dict) -> dict:
                 "shape": job.source.shape.as_dict() if job.source else None, "input": inputs}
     missing = job.source.missing(job.needs) if job.source else []
     if missing:
-        manifest.update(status="skipped", reason=(
-            f"This checkpoint of {job.source.name} does not contain {', '.join(f'`{m}`' for m in missing)}, "
-            "which this analysis needs; it was not run on a substitute. Point the pipeline at a full checkpoint "
-            "(e.g. from the Hugging Face hub) to compute it."))
-        outputs = result_outputs(Result(), {}, {})
+        manifest.update(status="skipped", reason=_skip_reason(job, missing))
+        # declared text outputs exist, empty, so that a chapter can include them whether or not it ran
+        outputs = result_outputs(Result(), {}, dict.fromkeys(job.analysis.files, ""))
     else:
         tensors, shape = (job.source.tensors, job.source.shape) if job.source else (None, None)
         result = job.analysis.run(tensors, shape)

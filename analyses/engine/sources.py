@@ -538,7 +538,7 @@ def local_source(name: str, directory: Path | str, origin: str | None = None) ->
     directory = Path(directory).expanduser().resolve()
     if not directory.is_dir():
         raise WeightsError(f"weights directory not found: {directory}")
-    return WeightSource(spec.name, spec.slug, directory, origin or "a local directory (--weights)",
+    return WeightSource(spec.name, spec.slug, directory, origin or "a local directory (`--weights`)",
                         expected=spec.expected)
 
 
@@ -596,7 +596,7 @@ def open_source(name: str, weights: Path | str | None = None) -> WeightSource:
     spec = model_spec(name)
     if weights is None and spec.name == "gpt2" and os.environ.get(WEIGHTS_ENV):
         weights = os.environ[WEIGHTS_ENV]
-        return local_source(spec.name, weights, origin=f"a local directory (${WEIGHTS_ENV})")
+        return local_source(spec.name, weights, origin=f"a local directory (`${WEIGHTS_ENV}`)")
     if weights is not None:
         return local_source(spec.name, weights)
     if spec.package:
