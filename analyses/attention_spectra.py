@@ -291,7 +291,7 @@ def plot_spectra(result: Result, shape: ModelShape):
     bar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes, fraction=0.02, pad=0.02)
     bar.set_label("layer")
     fig.suptitle(f"{shape.name}: singular spectra of the {shape.d_model}×{shape.d_model} attention matrices, "
-                 "in units of a noise matrix's typical singular value", y=1.02)
+                 "in units of a noise matrix's typical singular value")
     return fig
 
 
@@ -299,7 +299,7 @@ def plot_baselines(result: Result, shape: ModelShape):
     """Effective rank and condition number of every full matrix against Gaussian and shuffled baselines."""
     erank, cond, shuffled = result.arrays["erank"], result.arrays["cond"], result.arrays["shuffled"]
     limit, D = float(result.arrays["erank_limit"]), shape.d_model
-    fig, (left, right) = plotting.subplots(1, 2, figsize=(9.6, 3.6), layout="constrained")
+    fig, (left, right) = plotting.subplots(1, 2, figsize=(9.6, 3.6))
     layers = np.arange(erank.shape[0])
     for m, kind in enumerate(MATRICES):
         left.plot(layers + (m - 1.5) * 0.12, erank[:, m], "o", ms=4, color=f"C{m}", label=f"W_{kind}")
@@ -333,7 +333,7 @@ def plot_head_effective_rank(result: Result, shape: ModelShape):
         ax.set_xlabel("head")
     axes[0].set_ylabel("layer")
     plotting.colorbar(fig, image, axes[-1], f"effective rank (max {shape.d_head})")
-    fig.suptitle(f"{shape.name}: effective rank of each head's {shape.d_head}-dimensional block", y=1.02)
+    fig.suptitle(f"{shape.name}: effective rank of each head's {shape.d_head}-dimensional block")
     return fig
 
 
@@ -436,8 +436,7 @@ def plot_alignment(result: Result, shape: ModelShape):
         ax.set_title(f"top-{ks[i]} subspace of P")
     np.atleast_1d(axes)[0].set_ylabel("layer")
     plotting.colorbar(fig, image, list(np.atleast_1d(axes)), "enrichment a_k / (k/D) (log scale, 1 = chance)")
-    fig.suptitle(f"{shape.name}: how much each attention matrix reads (or W_O writes) P's top-k directions",
-                 y=1.0)
+    fig.suptitle(f"{shape.name}: how much each attention matrix reads (or W_O writes) P's top-k directions")
     return fig
 
 
@@ -458,7 +457,7 @@ def plot_overlaps(result: Result, shape: ModelShape):
     axes[0].set_yticks(range(0, overlaps.shape[1], 3), [str(i + 1) for i in range(0, overlaps.shape[1], 3)])
     plotting.colorbar(fig, image, list(axes), "squared overlap (square-root scale)")
     fig.suptitle(f"{shape.name}, layer 0: leading singular vectors (input side; W_O: output side) "
-                 "against P's top right-singular vectors", y=1.03)
+                 "against P's top right-singular vectors")
     return fig
 
 

@@ -323,7 +323,6 @@ def plot_components(result: Result, shape: ModelShape):
         ax.set_xlabel("position")
     axes.flat[0].legend(loc="lower left", fontsize=7)
     fig.suptitle(f"{shape.name}: top principal coordinates as functions of position", fontsize=10)
-    fig.tight_layout()
     return fig
 
 

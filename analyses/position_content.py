@@ -32,8 +32,9 @@ from analyses.engine.results import Number, Result, Table, Text, spoken_list
 from analyses.engine.sources import ModelShape
 from analyses.toolkit import plotting
 from analyses.toolkit.linalg import top_right_singular_vectors
-from analyses.toolkit.subspaces import (captured, energy_fraction, principal_angles, random_basis,
-                                        random_energy_moments, rotation_trace_moments, sampled_energy_fractions)
+from analyses.toolkit.subspaces import (captured, energy_fraction, prefix_energy_fractions, principal_angles,
+                                        random_basis, random_energy_moments, rotation_trace_moments,
+                                        sampled_energy_fractions)
 
 TOKEN_SUBSPACE = ("E_centred.S", "E_centred.V")
 BAND = (2.5, 97.5)
@@ -54,12 +55,13 @@ def origin_of(tensors: Mapping, name: str) -> str:
     return origin(name) if origin else "given directly to the analysis"
 
 
-def enrichment_and_z(W: np.ndarray, basis: np.ndarray, side: str) -> tuple[float, float, float]:
-    """(a, a/(k/D), z) of W in the subspace spanned by `basis`, against uniformly random subspaces of its dimension."""
-    k = basis.shape[1]
-    a = energy_fraction(W, basis, side)
-    mean, sd = random_energy_moments(W, k, side)
-    return a, a / mean, (a - mean) / sd if sd > 0 else 0.0
+def enrichment_and_z(W: np.ndarray, bases: list[np.ndarray], ks, side: str) -> np.ndarray:
+    """[basis, k, (a, a/(k/D), z)]: W's energy share in the subspace of the first k columns of each basis, and
+    against uniformly random subspaces of dimension k (whose moments depend on W and k only: computed once)."""
+    mean, sd = random_energy_moments(W, list(ks), side)
+    a = np.array([prefix_energy_fractions(W, basis, ks, side) for basis in bases])
+    z = np.where(sd > 0, (a - mean) / np.where(sd > 0, sd, 1.0), 0.0)
+    return np.stack([a, a / mean, z], axis=-1)
 
 
 def random_capture_sd(k: int, D: int) -> float:
@@ -344,7 +346,7 @@ def plot_angles(result: Result, shape: ModelShape):
         ax.set_ylim(0, 90)
     axes[0, 0].set_ylabel("principal angle (degrees)")
     axes[0, -1].legend(loc="lower right", fontsize=8)
-    fig.suptitle(f"{shape.name}: principal angles between P's and E's top-k subspaces", y=1.02)
+    fig.suptitle(f"{shape.name}: principal angles between P's and E's top-k subspaces")
     return fig
 
 
@@ -440,7 +442,7 @@ def token_position_sum(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, 
     rows = []
     for k in usable_ks(ks, D, D):
         basis = top_right_singular_vectors(P, k)
-        a, ratio, z = enrichment_and_z(E, basis, "output")
+        a, ratio, z = enrichment_and_z(E, [basis], [k], "output")[0, 0]
         numbers |= {f"token_energy_k{k}": Number(a, ".2%", f"share of ‖E‖² in P's top-{k} subspace"),
                     f"token_ratio_k{k}": Number(ratio, ".2f", f"that share over k/D, k = {k}"),
                     f"token_z_k{k}": Number(z, ".1f", f"z of that share against random {k}-subspaces")}
@@ -485,7 +487,7 @@ def plot_norms_and_sum(result: Result, shape: ModelShape):
     ax.set_xlabel("ρ − 1 = ‖t + p‖ / √(‖t‖² + ‖p‖²) − 1")
     ax.set_ylabel("density")
     ax.legend(loc="upper left", fontsize=8)
-    fig.suptitle(f"{shape.name}: token and position norms, and the norm of their sum", y=1.02)
+    fig.suptitle(f"{shape.name}: token and position norms, and the norm of their sum")
     return fig
 
 
@@ -542,9 +544,7 @@ def attention_position_content(tensors: Mapping[str, np.ndarray], shape: ModelSh
             if variant == "γ-folded":
                 W = gain[:, None] * W
             side = "output" if variant == "output" else "input"
-            for s, name in enumerate(SUBSPACES):
-                for i, k in enumerate(ks):
-                    stats[layer, c, s, i] = enrichment_and_z(W, bases[name][:, :k], side)
+            stats[layer, c] = enrichment_and_z(W, [bases[name] for name in SUBSPACES], ks, side)
     labels = [variant_label(*v) for v in READ_VARIANTS]
     p = ks.index(primary_k)
     numbers = {"primary_k": Number(primary_k, "d", "k of the heatmap and of the cited values"),
@@ -606,7 +606,7 @@ def plot_reading(result: Result, shape: ModelShape):
     axes[0].set_yticks(range(ratios.shape[0]))
     bar = plotting.colorbar(fig, image, list(axes), "enrichment a / (k/D) (log scale, 1 = chance)")
     plain_log_ticks(bar.ax.yaxis)
-    fig.suptitle(f"{shape.name}: what each attention matrix reads (W_O: writes), position against tokens", y=1.0)
+    fig.suptitle(f"{shape.name}: what each attention matrix reads (W_O: writes), position against tokens")
     return fig
 
 
@@ -648,9 +648,7 @@ def mlp_position_content(tensors: Mapping[str, np.ndarray], shape: ModelShape, *
         W = np.asarray(tensors[f"blocks.{layer}.mlp.W_in"], dtype=np.float64)
         for v, variant in enumerate(MLP_VARIANTS):
             M = mlp_input_gain(tensors, shape, layer)[:, None] * W if variant == "γ-folded" else W
-            for s, name in enumerate(SUBSPACES):
-                for i, k in enumerate(ks):
-                    stats[layer, v, s, i] = enrichment_and_z(M, bases[name][:, :k], "input")
+            stats[layer, v] = enrichment_and_z(M, [bases[name] for name in SUBSPACES], ks, "input")
     # layer 0, gain folded, every k up to curve_k: enrichment and the random band
     M0 = mlp_input_gain(tensors, shape, 0)[:, None] * np.asarray(tensors["blocks.0.mlp.W_in"], dtype=np.float64)
     k_all = np.arange(1, curve_k + 1)
@@ -720,7 +718,7 @@ def plot_mlp_reading(result: Result, shape: ModelShape):
     right.set_ylabel(f"enrichment at k = {primary}")
     right.set_title("every layer's MLP input")
     right.legend(loc="best", fontsize=8)
-    fig.suptitle(f"{shape.name}: what the MLP input weights read, position against tokens", y=1.02)
+    fig.suptitle(f"{shape.name}: what the MLP input weights read, position against tokens")
     return fig
 
 

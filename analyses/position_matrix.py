@@ -207,7 +207,7 @@ def plot_last_row(result: Result, shape: ModelShape):
 
     x, sd, init = result.arrays["x"], float(result.arrays["sd"]), float(result.arrays["init_std"])
     position = result.numbers["position"].text
-    fig, (left, right) = plotting.subplots(1, 2, figsize=(9.2, 3.6), layout="constrained")
+    fig, (left, right) = plotting.subplots(1, 2, figsize=(9.2, 3.6))
     grid = np.linspace(-4 * init, 4 * init, 401)
     left.hist(x, bins=40, density=True, color="C0", alpha=0.6, label=f"entries of p_{position}")
     left.plot(grid, stats.norm.pdf(grid, x.mean(), sd), color="C0", lw=1.4, label=f"Gaussian, sd {sd:.4f}")

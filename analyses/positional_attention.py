@@ -236,7 +236,7 @@ def plot_patterns(result: Result, shape: ModelShape):
     for ax in axes[::4]:
         ax.set_ylabel("query position i")
     plotting.colorbar(fig, image, list(axes), f"attention (max over {pool}×{pool} tiles, log)")
-    fig.suptitle(f"{shape.name}, layer 0: attention of the position rows alone (no tokens)", y=0.995)
+    fig.suptitle(f"{shape.name}, layer 0: attention of the position rows alone (no tokens)")
     return fig
 
 
@@ -253,7 +253,7 @@ def plot_zoom(result: Result, shape: ModelShape):
     for ax in axes[::4]:
         ax.set_ylabel("query position i")
     plotting.colorbar(fig, image, list(axes), "attention weight")
-    fig.suptitle(f"{shape.name}, layer 0: first {zooms.shape[-1]} positions, position rows alone", y=0.995)
+    fig.suptitle(f"{shape.name}, layer 0: first {zooms.shape[-1]} positions, position rows alone")
     return fig
 
 
@@ -261,7 +261,7 @@ def plot_masses(result: Result, shape: ModelShape):
     """Mean attention of each head on the query itself, the previous position and position 0, with the threshold."""
     masses, classes = result.arrays["masses"], result.arrays["classes"]
     threshold = result.numbers["key_mass"].value
-    fig, ax = plotting.subplots(figsize=(7.6, 3.4), layout="constrained")
+    fig, ax = plotting.subplots(figsize=(7.6, 3.4))
     heads = np.arange(len(masses))
     for j, (label, color) in enumerate((("key i (self)", "C0"), ("key i − 1 (previous)", "C1"), ("key 0 (first)", "C2"))):
         ax.bar(heads + (j - 1) * 0.27, masses[:, j], 0.27, color=color, label=label)
@@ -432,8 +432,7 @@ def plot_forms(result: Result, shape: ModelShape):
         ax.set_title(f"head {head}", fontsize=8)
         ax.set_xticks(range(k), [f"PC{j + 1}" for j in range(k)], fontsize=7)
         ax.set_yticks(range(k), [f"PC{j + 1}" for j in range(k)], fontsize=7)
-    fig.suptitle(f"{shape.name}, layer 0: QK form M on P's top {k} directions (rows: query, columns: key)",
-                 y=0.995)
+    fig.suptitle(f"{shape.name}, layer 0: QK form M on P's top {k} directions (rows: query, columns: key)")
     return fig
 
 
@@ -452,7 +451,7 @@ def plot_score_profiles(result: Result, shape: ModelShape):
         ax.set_ylabel("score − row mean")
     axes[0].legend(fontsize=7, loc="upper right")
     fig.suptitle(f"{shape.name}, layer 0: positional score against offset, full and restricted to P's top "
-                 f"{result.numbers['n_components'].text} directions", y=0.995)
+                 f"{result.numbers['n_components'].text} directions")
     return fig
 
 

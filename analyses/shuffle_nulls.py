@@ -83,10 +83,17 @@ def _upper_pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
     return np.triu_indices(n, k=1)
 
 
-def _upper_index(n: int) -> np.ndarray:
-    """Flat indices of the strict upper triangle of an n × n matrix, row by row."""
+@cache
+def _upper_offsets(n: int) -> np.ndarray:
+    """Offsets of the strict upper triangle's entries, row by row, in a column-major (Fortran) n × n array:
+    BLAS writes its products that way, so they are read without a copy of the whole matrix."""
     rows, cols = _upper_pairs(n)
-    return rows * n + cols
+    return rows + cols * n
+
+
+def _upper_of_blas(C: np.ndarray) -> np.ndarray:
+    """The strict upper triangle, row by row, of a matrix that BLAS returned (column-major)."""
+    return C.ravel(order="F")[_upper_offsets(len(C))]
 
 
 REFINE = 1e-5
@@ -97,7 +104,7 @@ precision, so that the maximum and the count above the threshold do not depend o
 def _cosines_float32(M: np.ndarray) -> np.ndarray:
     """The unique off-diagonal cosines of the rows of M in float32; BLAS ssyrk fills only the upper triangle."""
     U = M / np.linalg.norm(M, axis=1, keepdims=True)
-    return ssyrk(1.0, U.T, trans=1).ravel()[_upper_index(len(M))]
+    return _upper_of_blas(ssyrk(1.0, U.T, trans=1))
 
 
 def top_variance_share(P: np.ndarray, k: int) -> float:
@@ -139,8 +146,8 @@ def _statistics(values: np.ndarray, kind: str, threshold: float, bins: int, stat
     hists[kind] = np.bincount(index, minlength=bins)
 
 
-def similarity_statistics(P: np.ndarray, threshold: float, bins: int, n_components: int = 3,
-                          exact: bool = True) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+def similarity_statistics(P: np.ndarray, threshold: float, bins: int, n_components: int = 3, exact: bool = True,
+                          kept: frozenset[str] = frozenset()) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     """The statistics of P, and histogram counts of the off-diagonal cosines of both similarity matrices.
 
     Returns ({"<kind>_<statistic>": value, PCA_KEY: value}, {kind: counts over `bins` equal bins of [-1, 1]}).
@@ -148,7 +155,8 @@ def similarity_statistics(P: np.ndarray, threshold: float, bins: int, n_componen
     many null draws: float32 products, one PᵀP for both the dimension cosines and the covariance, whose top
     eigenvalues come from Lanczos iteration; the largest |cos| and the count above the threshold are settled
     in float64 (see REFINE), so only the standard deviation and the PCA share carry float32 rounding (~1e-7
-    relative, far below every difference reported).
+    relative, far below every difference reported). With exact=False, the dimension statistics and the PCA
+    share are not computed when `kept` holds them all (a null that keeps them by construction).
     """
     stats: dict[str, float] = {}
     hists: dict[str, np.ndarray] = {}
@@ -160,11 +168,14 @@ def similarity_statistics(P: np.ndarray, threshold: float, bins: int, n_componen
     P64 = np.asarray(P, dtype=np.float64)
     P = np.asarray(P, dtype=np.float32)
     _statistics(_cosines_float32(P), "positions", threshold, bins, stats, hists, exact_rows=P64)
-    gram = np.triu(ssyrk(1.0, P, trans=1)).astype(np.float64)  # PᵀP, upper triangle
-    gram += np.triu(gram, 1).T
+    if {f"dimensions_{s}" for s in STATISTICS} | {PCA_KEY} <= kept:
+        return stats, hists
+    gram = ssyrk(1.0, P, trans=1).astype(np.float64, order="F")  # PᵀP, upper triangle, column-major
     scale = 1 / np.sqrt(np.diag(gram))
-    _statistics((gram * scale[:, None] * scale[None, :]).ravel()[_upper_index(len(gram))], "dimensions", threshold,
-                bins, stats, hists, exact_rows=P64.T)
+    rows, cols = _upper_pairs(len(gram))
+    _statistics(_upper_of_blas(gram) * scale[rows] * scale[cols], "dimensions", threshold, bins, stats, hists,
+                exact_rows=P64.T)
+    gram += np.triu(gram, 1).T
     mean = P.mean(axis=0, dtype=np.float64)
     stats[PCA_KEY] = _top_share_of_covariance(gram - len(P) * np.outer(mean, mean), n_components)
     return stats, hists
@@ -187,18 +198,20 @@ def effect_size(null: np.ndarray, observed: float) -> float:
 
 def null_draws(P: np.ndarray, null: str, n_draws: int, seed: int, threshold: float, bins: int,
                n_components: int = 3) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Statistics (arrays of length n_draws) and histograms ([n_draws, bins]) of one null model."""
+    """Statistics (arrays of length n_draws) and histograms ([n_draws, bins]) of one null model; what the null
+    keeps by construction is not computed."""
     rng = np.random.default_rng(seed)
     stats: dict[str, np.ndarray] = {}
-    hists = {k: np.empty((n_draws, bins), dtype=np.int64) for k in KINDS}
-    surrogate = NULLS[null]
+    hists: dict[str, np.ndarray] = {}
+    surrogate, kept = NULLS[null], KEPT_BY_CONSTRUCTION.get(null, frozenset())
     P = np.asarray(P, dtype=np.float64)
     for draw in range(n_draws):
-        values, counts = similarity_statistics(surrogate(P, rng), threshold, bins, n_components, exact=False)
+        values, counts = similarity_statistics(surrogate(P, rng), threshold, bins, n_components, exact=False,
+                                               kept=kept)
         for key, value in values.items():
             stats.setdefault(key, np.empty(n_draws))[draw] = value
-        for kind in KINDS:
-            hists[kind][draw] = counts[kind]
+        for kind, count in counts.items():
+            hists.setdefault(kind, np.empty((n_draws, bins), dtype=np.int64))[draw] = count
     return stats, hists
 
 
@@ -227,13 +240,14 @@ def shuffle_nulls(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_dra
         stats, hists = null_draws(P, null, n_draws, seed + offset, threshold, bins, n_components)
         arrays[f"{null}_stats"], arrays[f"{null}_hists"] = stats, hists
         kept = KEPT_BY_CONSTRUCTION.get(null, frozenset())
-        for key, null_values in stats.items():
+        for key in observed:
             similarity_kind, label = _label(key, threshold, n_components)
-            if key in kept:  # equal to the observation by construction (draws differ only by rounding): no test
+            if key in kept:  # equal to the observation by construction: not drawn, not tested
                 numbers[f"{null}_{key}_null_mean"] = Number(observed[key], ".3f", f"{null} null: {key}, kept")
                 rows.append((NULL_LABELS[null], similarity_kind, label, observed[key], observed[key], 0.0,
                              observed[key], "kept exactly", "kept exactly"))
                 continue
+            null_values = stats[key]
             mean, spread = float(null_values.mean()), float(null_values.std(ddof=1))
             numbers[f"{null}_{key}_null_mean"] = Number(mean, ".3f", f"{null} null: mean of {key}")
             p, z = empirical_p_value(null_values, observed[key]), effect_size(null_values, observed[key])
@@ -264,7 +278,7 @@ COLORS = {"entries": "0.45", "columns": "C1", "phases_independent": "C2", "phase
 
 def plot_bands(result: Result, shape: ModelShape):
     """Observed density of off-diagonal cosines against each null's median and 0.5–99.5 % band, per kind."""
-    fig, axes = plotting.subplots(1, 2, figsize=(9.6, 3.9), layout="constrained")
+    fig, axes = plotting.subplots(1, 2, figsize=(9.6, 3.9))
     for ax, kind in zip(axes, KINDS):
         observed = result.arrays["observed_hists"][kind]
         bins = len(observed)
@@ -295,7 +309,7 @@ def plot_effects(result: Result, shape: ModelShape):
     """|effect size| of every statistic under every null, log scale: how far each null falls short."""
     rows = result.tables["null_tests"].rows
     keys = [(r[1], r[2]) for r in rows if r[0] == NULL_LABELS["entries"]]
-    fig, ax = plotting.subplots(figsize=(9.0, 3.9), layout="constrained")
+    fig, ax = plotting.subplots(figsize=(9.0, 3.9))
     width = 0.8 / len(NULLS)
     for i, null in enumerate(NULLS):
         values = []

@@ -210,7 +210,7 @@ def similarity(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, threshol
 def plot_heatmaps(result: Result, shape: ModelShape):
     """C_pos and C_dim side by side on one diverging −1..1 scale (20 colour steps of 0.1: light SVGs)."""
     cmap = plotting.pyplot().get_cmap(plotting.DIVERGING, 20)
-    fig, axes = plotting.subplots(1, 2, figsize=(7.6, 3.5), layout="constrained")
+    fig, axes = plotting.subplots(1, 2, figsize=(7.6, 3.5))
     for ax, key, what in zip(axes, ("C_pos", "C_dim"), ("position", "embedding dimension")):
         C = result.arrays[key]
         image = ax.imshow(C, cmap=cmap, vmin=-1, vmax=1, interpolation="nearest")
@@ -245,7 +245,7 @@ def plot_trajectories(result: Result, shape: ModelShape):
     n = len(table.rows)
     ncols = 3
     nrows = -(-n // ncols)
-    fig, axes = plotting.subplots(nrows, ncols, figsize=(9.6, 3.1 * nrows), layout="constrained", squeeze=False)
+    fig, axes = plotting.subplots(nrows, ncols, figsize=(9.6, 3.1 * nrows), squeeze=False)
     positions = np.arange(P.shape[0])
     for ax, (rank, a, b, c) in zip(axes.flat, table.rows):
         points = ax.scatter(P[:, a], P[:, b], c=positions, cmap=plotting.POSITION, s=3, rasterized=True)
@@ -264,7 +264,7 @@ def plot_offset(result: Result, shape: ModelShape):
     mean, std = result.arrays["offset_mean"], result.arrays["offset_std"]
     mean_all, residual = result.arrays["offset_mean_all"], result.arrays["residual"]
     k = np.arange(1, len(mean) + 1)
-    fig, (ax, ax_0, ax_r) = plotting.subplots(3, 1, figsize=(6.4, 7.0), layout="constrained",
+    fig, (ax, ax_0, ax_r) = plotting.subplots(3, 1, figsize=(6.4, 7.0),
                                               gridspec_kw={"height_ratios": (2.2, 1, 1)})
     ax.fill_between(k, mean - std, mean + std, color="C0", alpha=0.25, lw=0, label="± 1 std over pairs")
     ax.plot(k, mean, color="C0", lw=1.2, label="mean")
@@ -308,7 +308,7 @@ def _dimension_panels(result: Result, shape: ModelShape, groups, title: str):
     dims = [(kind, int(i)) for kind, group in groups for i in group]
     ncols = 3
     nrows = -(-len(dims) // ncols)
-    fig, axes = plotting.subplots(nrows, ncols, figsize=(9.6, 2.2 * nrows), layout="constrained",
+    fig, axes = plotting.subplots(nrows, ncols, figsize=(9.6, 2.2 * nrows),
                                   sharex=True, squeeze=False)
     positions = np.arange(1, P.shape[0])
     for ax, (kind, i) in zip(axes.flat, dims):

@@ -185,7 +185,7 @@ def plot_gram(result: Result, shape: ModelShape):
     """The centred Gram matrix of the positions beside its Toeplitz part (each diagonal replaced by its mean)."""
     G, T = result.arrays["G"], result.arrays["T"]
     top = float(np.percentile(np.abs(G), 99.5))  # a few outlying rows (position 0) would wash out the rest
-    fig, axes = plotting.subplots(1, 2, figsize=(8.4, 3.8), layout="constrained")
+    fig, axes = plotting.subplots(1, 2, figsize=(8.4, 3.8))
     for ax, M, title in zip(axes, (G, T), (
             "Gram matrix G of the centred positions",
             f"its Toeplitz part T(G): {result.numbers['toeplitz_share'].text} of ‖G‖²")):
@@ -200,7 +200,7 @@ def plot_gram(result: Result, shape: ModelShape):
 
 def plot_kernels(result: Result, shape: ModelShape):
     """Offset kernels t_k / t_0 (left) and the top two principal components over positions (right)."""
-    fig, (left, right) = plotting.subplots(1, 2, figsize=(9.6, 3.6), layout="constrained")
+    fig, (left, right) = plotting.subplots(1, 2, figsize=(9.6, 3.6))
     k = np.arange(len(result.arrays["kernel"]))
     for key, label, style in (("kernel", shape.name, dict(color="C0", lw=1.5)),
                               ("walk_kernel", "a random walk", dict(color="0.4", lw=1.2, ls="--")),

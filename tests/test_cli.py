@@ -117,3 +117,10 @@ def test_module_entry_point_runs_in_the_repository():
     done = subprocess.run([sys.executable, "-m", "analyses", "list", "thin_shell"], cwd=REPO, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0 and "common/thin_shell" in done.stdout
+
+
+def test_jobs_must_be_a_positive_number(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--jobs", "0"])
+    assert exit_info.value.code == cli.EXIT_USAGE
+    assert "expected a whole number of at least 1, got '0'" in _one_line(capsys.readouterr().err)

@@ -219,7 +219,7 @@ def planted_model(rng: np.random.Generator, d=8, n_heads=2, n_layers=2):
 def test_enrichment_z_is_standardised_over_random_subspaces():
     rng = np.random.default_rng(13)
     W = rng.standard_normal((D, 30)) * np.linspace(3, 0.1, 30)
-    draws = np.array([enrichment_and_z(W, random_basis(D, 4, rng), "input") for _ in range(3000)])
+    draws = np.array([enrichment_and_z(W, [random_basis(D, 4, rng)], [4], "input")[0, 0] for _ in range(3000)])
     assert abs(draws[:, 1].mean() - 1) < 4 * draws[:, 1].std() / np.sqrt(len(draws))  # a/(k/D) averages 1
     assert abs(draws[:, 2].mean()) < 4 / np.sqrt(len(draws)) and abs(draws[:, 2].std() - 1) < 0.05
     np.testing.assert_allclose(draws[:, 1], draws[:, 0] / (4 / D))

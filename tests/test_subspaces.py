@@ -7,8 +7,9 @@ import pytest
 from scipy import stats
 from scipy.linalg import subspace_angles
 
-from analyses.toolkit.subspaces import (captured, energy_fraction, principal_angles, random_basis,
-                                        random_energy_moments, rotation_trace_moments, sampled_energy_fractions)
+from analyses.toolkit.subspaces import (captured, energy_fraction, prefix_energy_fractions, principal_angles,
+                                        random_basis, random_energy_moments, rotation_trace_moments,
+                                        sampled_energy_fractions)
 
 D = 16
 
@@ -140,3 +141,15 @@ def test_random_basis_is_orthonormal_and_uniform():
     assert stats.kstest(diag[:, 0], stats.beta(2.5, (D - 5) / 2).cdf).pvalue > 1e-3
     with pytest.raises(ValueError):
         random_basis(D, D + 1, rng)
+
+
+def test_prefix_energy_fractions_equal_the_energy_of_each_prefix():
+    rng = np.random.default_rng(21)
+    W = rng.standard_normal((20, 7)) * np.linspace(4, 0.2, 7)
+    basis = np.linalg.qr(rng.standard_normal((20, 9)))[0]
+    ks = [1, 4, 9]
+    np.testing.assert_allclose(prefix_energy_fractions(W, basis, ks),
+                               [energy_fraction(W, basis[:, :k]) for k in ks], rtol=1e-12)
+    X = rng.standard_normal((5, 20))  # rows live in R^20: the output side
+    np.testing.assert_allclose(prefix_energy_fractions(X, basis, ks, "output"),
+                               [energy_fraction(X, basis[:, :k], "output") for k in ks], rtol=1e-12)

@@ -254,12 +254,18 @@ class Cache:
         if not any(self.root.joinpath(scope).iterdir()):
             self.root.joinpath(scope).rmdir()
 
-    def record_timings(self, seconds: dict[str, float]) -> None:
-        """Merge `{scope/analysis: wall seconds}` into the uncommitted timings file."""
-        path = self.root / TIMINGS
+    def _timings(self) -> dict[str, dict]:
         try:
-            timings = json.loads(path.read_text())
+            timings = json.loads((self.root / TIMINGS).read_text())
         except (OSError, json.JSONDecodeError):
-            timings = {}
-        timings.update({k: round(v, 3) for k, v in seconds.items()})
-        atomic_write(path, (json.dumps(dict(sorted(timings.items())), indent=2) + "\n").encode())
+            return {}
+        return {k: v for k, v in timings.items() if isinstance(v, dict)} if isinstance(timings, dict) else {}
+
+    def timings(self) -> dict[str, float]:
+        """{scope/analysis: wall seconds} of each job's last computation (empty when none was recorded)."""
+        return {k: float(v.get("wall", 0.0)) for k, v in self._timings().items()}
+
+    def record_timings(self, measures: dict[str, dict[str, float]]) -> None:
+        """Merge `{scope/analysis: {wall, cpu, peak_mb}}` into the uncommitted timings file."""
+        timings = self._timings() | {k: {m: round(v, 3) for m, v in d.items()} for k, d in measures.items()}
+        atomic_write(self.root / TIMINGS, (json.dumps(dict(sorted(timings.items())), indent=2) + "\n").encode())

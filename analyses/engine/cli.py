@@ -38,6 +38,12 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m analyses", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -53,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", parents=[common], help="compute stale analyses and rebuild the cited files")
     run.add_argument("--force", action="store_true", help="recompute even when the cache is fresh")
     run.add_argument("--prune", action="store_true", help="remove cache entries that no analysis owns")
+    run.add_argument("--jobs", type=_positive, metavar="N", help="analyses computed side by side (default: one per core)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     sub.add_parser("list", parents=[common], help="list analyses, their needs and cached status")
     sub.add_parser("status", parents=[common], help="exit non-zero unless the cache and the cited files are fresh")
@@ -93,7 +100,8 @@ def _run(args) -> int:
     jobs, warnings = _jobs(args)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    report = run(jobs, _cache(args), force=args.force, prune=args.prune, progress=not args.quiet)
+    report = run(jobs, _cache(args), force=args.force, prune=args.prune, progress=not args.quiet,
+                 workers_count=args.jobs)
     for job, what in report.done:
         print(f"{job.label:45s} {what}")
     for scope, name in report.pruned:

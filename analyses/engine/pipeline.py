@@ -11,11 +11,11 @@ locked or written when nothing needs writing.
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 
-from analyses.engine import index
+from analyses.engine import index, workers
 from analyses.engine.cache import COMMON, Cache, result_outputs
 from analyses.engine.checkpoint import WeightsError
 from analyses.engine.fingerprints import input_fingerprint, library_versions
@@ -163,10 +163,11 @@ def _stale(jobs: list[Job], cache: Cache, force: bool) -> tuple[dict[str, dict],
     return inputs, reasons
 
 
-def run(jobs: list[Job], cache: Cache, force: bool = False, prune: bool = False,
-        progress: bool = True) -> RunReport:
+def run(jobs: list[Job], cache: Cache, force: bool = False, prune: bool = False, progress: bool = True,
+        workers_count: int | None = None) -> RunReport:
     """Bring every job's entry up to date, then the cited files; take the lock only if something changes.
 
+    Stale jobs run in forked children, `workers_count` at a time (default: one per core), longest first.
     A job whose model's weights are unavailable must already be fresh on everything but the weights;
     otherwise nothing is done and a WeightsError says which results need the weights.
     """
@@ -186,16 +187,22 @@ def run(jobs: list[Job], cache: Cache, force: bool = False, prune: bool = False,
     report.wrote = True
     with cache.locked():
         _, reasons = _stale(jobs, cache, force)  # another writer may have finished some meanwhile
-        todo = [job for job in jobs if job.label in reasons]
-        timings = {}
-        bar = tqdm(todo, unit="analysis", disable=not progress or not todo, file=sys.stderr)
-        outcomes = {}
-        for job in bar:
-            bar.set_description(job.label)
-            start = time.perf_counter()
-            manifest = execute(job, cache, inputs[job.label])
-            timings[job.label] = time.perf_counter() - start
-            outcomes[job.label] = f"{manifest['status']} ({reasons[job.label]})"
+        previous = cache.timings()
+        todo = sorted((job for job in jobs if job.label in reasons), key=lambda job: -previous.get(job.label, 0.0))
+        if todo:
+            _prepare()
+        bar = tqdm(total=len(todo), unit="analysis", disable=not progress or not todo, file=sys.stderr)
+        outcomes, measures = {}, {}
+
+        def done(label: str, manifest: dict, measure: workers.Measure) -> None:
+            outcomes[label] = f"{manifest['status']} ({reasons[label]})"
+            measures[label] = measure
+            bar.set_description(label)
+            bar.update()
+
+        workers.run_all(((job.label, partial(execute, job, cache, inputs[job.label])) for job in todo),
+                        workers_count or workers.cores(), done)
+        bar.close()
         report.done = [(job, outcomes.get(job.label, "fresh")) for job in jobs]
         for scope, name in stray:
             cache.remove(scope, name)
@@ -204,9 +211,19 @@ def run(jobs: list[Job], cache: Cache, force: bool = False, prune: bool = False,
         if index.differences(index.on_disk(cache), fresh):
             index.write(cache, fresh)
             report.index_written = True
-        if timings:
-            cache.record_timings(timings)
+        if measures:
+            cache.record_timings({label: vars(m) for label, m in measures.items()})
     return report
+
+
+def _prepare() -> None:
+    """Import what every computing child needs once, before the children are forked from this process."""
+    import scipy.linalg  # noqa: F401
+    import scipy.stats  # noqa: F401
+
+    from analyses.toolkit.plotting import pyplot
+
+    pyplot()
 
 
 @dataclass

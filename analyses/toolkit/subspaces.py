@@ -40,6 +40,15 @@ def energy_fraction(W: np.ndarray, basis: np.ndarray, side: str = "input") -> fl
     return float(np.sum(part**2) / np.sum(W**2))
 
 
+def prefix_energy_fractions(W: np.ndarray, basis: np.ndarray, ks, side: str = "input") -> np.ndarray:
+    """energy_fraction(W, basis[:, :k], side) for every k in `ks`, from one product with the whole basis: the
+    energy in a prefix of an orthonormal basis is the sum of the energies along its first k directions."""
+    W, basis = np.asarray(W, dtype=np.float64), np.asarray(basis, dtype=np.float64)
+    part = basis.T @ W if side == "input" else (W @ basis).T
+    cumulative = np.cumsum(np.sum(part**2, axis=1)) / np.sum(W**2)
+    return cumulative[np.asarray(ks, dtype=int) - 1]
+
+
 def _space_dimension(W: np.ndarray, side: str) -> int:
     if side not in {"input", "output"}:
         raise ValueError(f"side must be 'input' or 'output', not {side!r}")

@@ -1,0 +1,127 @@
+"""Runs jobs side by side: each in a child process forked from the run, at most `jobs` at a time.
+
+Forking after the imports means each child starts with NumPy, SciPy, Matplotlib and every topic
+module already loaded (imports are paid once per run) and ends by handing its memory back. The
+longest jobs (by the wall times of the previous run) start first, so the slowest one does not
+finish alone at the end. Every job computes with a single BLAS thread, whether it runs beside
+others or alone, so its results are the same bytes either way. For each job the parent records
+wall time, CPU time and the child's peak resident memory (from wait4).
+
+An exception in a child is sent back and raised again in the parent, with the child's traceback
+as a note; an interrupt (Ctrl-C reaches the whole process group) stops every child, and each
+child's own cleanup leaves the cache as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+BLAS_THREADS = 1
+
+
+@dataclass(frozen=True)
+class Measure:
+    """What one job cost: wall seconds, CPU seconds (user + system) and peak resident memory in MB."""
+
+    wall: float
+    cpu: float
+    peak_mb: float
+
+
+@contextmanager
+def single_blas_thread():
+    """Limit BLAS (and OpenMP) to one thread: identical floating-point results however jobs are scheduled."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=BLAS_THREADS):
+        yield
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def run_all(tasks: Iterable[tuple[str, Callable[[], object]]], jobs: int,
+            on_done: Callable[[str, object, Measure], None]) -> None:
+    """Run each (label, task) in its own forked child, at most `jobs` at once, in the given order;
+    `on_done(label, value, measure)` is called in the parent as each one finishes."""
+    queue = list(tasks)
+    running: dict[int, tuple[str, int, float]] = {}  # pid -> (label, read end of its pipe, start)
+    try:
+        while queue or running:
+            while queue and len(running) < max(1, jobs):
+                label, task = queue.pop(0)
+                running_pid, fd = _start(task)
+                running[running_pid] = (label, fd, time.perf_counter())
+            _collect(running, on_done)
+    except BaseException:
+        for pid, (_, fd, _) in running.items():
+            _stop(pid, fd)
+        raise
+
+
+def _start(task: Callable[[], object]) -> tuple[int, int]:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: run, send (ok, value or exception, traceback), exit without cleanup handlers
+        os.close(read)
+        code = 0
+        try:
+            with single_blas_thread():
+                message = (True, task(), None)
+        except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
+            message, code = (False, exc, traceback.format_exc()), 1
+        try:
+            payload = pickle.dumps(message)
+        except Exception as exc:  # an exception that cannot be pickled: send its text
+            payload = pickle.dumps((False, RuntimeError(f"{type(message[1]).__name__}: {message[1]}"),
+                                    message[2] or repr(exc)))
+        with os.fdopen(write, "wb") as pipe:
+            pipe.write(payload)
+        os._exit(code)
+    os.close(write)
+    return pid, read
+
+
+def _collect(running: dict[int, tuple[str, int, float]], on_done) -> None:
+    """Wait until at least one child has sent its result and exited; hand each finished one to on_done."""
+    fds = {fd: pid for pid, (_, fd, _) in running.items()}
+    ready, _, _ = select.select(list(fds), [], [])
+    for fd in ready:
+        pid = fds[fd]
+        label, _, start = running.pop(pid)
+        with os.fdopen(fd, "rb") as pipe:
+            payload = pipe.read()
+        _, status, usage = os.wait4(pid, 0)
+        measure = Measure(time.perf_counter() - start, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
+        if not payload:
+            raise RuntimeError(f"{label}: the worker process died ({_describe(status)}) without a result")
+        ok, value, child_traceback = pickle.loads(payload)
+        if not ok:
+            if child_traceback and hasattr(value, "add_note"):
+                value.add_note(f"in the worker that ran {label}:\n{child_traceback}")
+            raise value
+        on_done(label, value, measure)
+
+
+def _stop(pid: int, fd: int) -> None:
+    import signal
+
+    try:
+        os.kill(pid, signal.SIGINT)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+    os.close(fd)
+
+
+def _describe(status: int) -> str:
+    return f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit code {os.waitstatus_to_exitcode(status)}"
