@@ -1,0 +1,340 @@
+"""The "Claims checked" chapter, checked statically (no weights, no Quarto).
+
+report/claims.qmd holds one table per source document, with the columns claim, where, our value,
+verdict and note. Every row needs one of the four verdicts; a row whose verdict is not "not
+testable here" must cite at least one number from the cache ({{< var >}}) in its "our value" cell,
+and that cell may hold no number typed by hand; every cited key must exist in _variables.yml; a
+"not testable here" row must say what is missing; no source may lose rows; and the errors the
+sources are known to make stay listed as corrected, each with the value that corrects it. The
+mutation tests at the end break a copy of the chapter on purpose and check that each break is
+caught.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+CHAPTER = REPO / "report" / "claims.qmd"
+
+COLUMNS = ["claim", "where", "our value", "verdict", "note"]
+VERDICTS = {"confirmed", "refined", "corrected", "not testable here"}
+NOT_TESTABLE = "not testable here"
+
+# One table per source: its label, the citation key its caption must cite, and the fewest rows it
+# may hold. Raise a minimum when rows are added; lowering one needs a reason in the commit.
+SOURCES = {
+    "tbl-claims-datta-similarity": ("datta2026similarity", 5),
+    "tbl-claims-datta-space": ("datta2026space", 10),
+    "tbl-claims-simon": ("simon2024insights", 17),
+    "tbl-claims-yedidia": ("yedidia2023helix", 15),
+    "tbl-claims-padova": ("padova2025frog", 39),
+}
+
+# The errors the sources are known to make: (table, a phrase of the claim, a key the row must cite
+# as the correct value). Each must stay a row with the verdict "corrected".
+KNOWN_ERRORS = [
+    ("tbl-claims-datta-similarity", "top 10 most similar", "gpt2.similarity.top_anti_cos"),
+    ("tbl-claims-simon", r"1024 \times 784", "gpt2.model.d_model"),
+    ("tbl-claims-padova", r"\sigma_\text{min} / \sigma_\text{max}", "gpt2.attention_spectra.layer5_wq_condition"),
+    ("tbl-claims-padova", "338.82", "gpt2.low_rank.early_late_angle3"),
+    ("tbl-claims-padova", "$153$ components", "gpt2.sinusoidal_vs_learned.components_sinusoidal"),
+    ("tbl-claims-padova", "values in $[0, 1]$", "gpt2.positional_qk.head7_antisymmetric"),
+]
+
+# What a "not testable here" note must name: what is missing, or what will decide the claim.
+MISSING = re.compile(r"\b(needs|pending)\b", re.I)
+
+VAR = re.compile(r"\{\{<\s*var\s+([\w.]+)\s*>\}\}")
+DIV_OPEN = re.compile(r"^:::+\s*\{#(tbl-[\w-]+)[^}]*\}\s*$")
+DIV_CLOSE = re.compile(r"^:::+\s*$")
+
+
+@dataclass(frozen=True)
+class Row:
+    table: str
+    line: int
+    cells: tuple[str, ...]
+
+    def __getitem__(self, column: str) -> str:
+        return self.cells[COLUMNS.index(column)]
+
+    def where(self) -> str:
+        return f"{self.table}, line {self.line}: {self['claim'][:60]!r}"
+
+
+@dataclass(frozen=True)
+class Table:
+    label: str
+    header: tuple[str, ...]
+    rows: tuple[Row, ...]
+    caption: str
+
+
+def split_cells(line: str) -> list[str]:
+    """The cells of one pipe-table row; a '|' inside math, code or a shortcode, or escaped, is not a separator."""
+    cells, current, i = [], [], 0
+    in_math = in_code = False
+    depth = 0  # inside {{< … >}}
+    body = line.strip()
+    if body.startswith("|"):
+        body = body[1:]
+    if body.endswith("|") and not body.endswith("\\|"):
+        body = body[:-1]
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\" and i + 1 < len(body):
+            current.append(body[i:i + 2])
+            i += 2
+            continue
+        if body.startswith("{{<", i):
+            depth += 1
+        elif body.startswith(">}}", i) and depth:
+            depth -= 1
+        elif ch == "`" and not in_math:
+            in_code = not in_code
+        elif ch == "$" and not in_code:
+            in_math = not in_math
+        elif ch == "|" and not (in_math or in_code or depth):
+            cells.append("".join(current).strip())
+            current = []
+            i += 1
+            continue
+        current.append(ch)
+        i += 1
+    cells.append("".join(current).strip())
+    return cells
+
+
+def parse(text: str) -> dict[str, Table]:
+    """Every table div of the chapter that holds a pipe table: label -> Table."""
+    tables: dict[str, Table] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        opened = DIV_OPEN.match(lines[i].strip())
+        if not opened:
+            i += 1
+            continue
+        label = opened.group(1)
+        i += 1
+        body: list[tuple[int, str]] = []
+        while i < len(lines) and not DIV_CLOSE.match(lines[i].strip()):
+            body.append((i + 1, lines[i]))
+            i += 1
+        pipe = [(n, line) for n, line in body if line.strip().startswith("|")]
+        caption = " ".join(line.strip() for _, line in body if line.strip() and not line.strip().startswith("|"))
+        if pipe:
+            header = tuple(c.lower() for c in split_cells(pipe[0][1]))
+            rows = tuple(Row(label, n, tuple(split_cells(line))) for n, line in pipe[2:])
+            tables[label] = Table(label, header, rows, caption)
+        else:
+            tables.setdefault(label, Table(label, (), (), caption))
+        i += 1
+    return tables
+
+
+@cache
+def variables() -> dict:
+    return yaml.safe_load((REPO / "_variables.yml").read_text())
+
+
+def defined(key: str, variables: dict) -> bool:
+    node = variables
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return isinstance(node, (str, int, float))
+
+
+def without_citations(cell: str) -> str:
+    """A cell with its shortcodes, math, code, cross-references and citations removed."""
+    cell = VAR.sub("", cell)
+    cell = re.sub(r"(?<!\\)\$[^$]*?\$", "", cell)
+    cell = re.sub(r"`[^`]*`", "", cell)
+    cell = re.sub(r"\[-?@[\w:-]+\]|-?@[\w:-]*\w", "", cell)
+    return cell
+
+
+def problems(text: str, variables: dict) -> list[str]:
+    """Everything wrong with the chapter's claims tables; empty when the chapter is sound."""
+    out: list[str] = []
+    tables = parse(text)
+    for label, (key, minimum) in SOURCES.items():
+        table = tables.get(label)
+        if table is None:
+            out.append(f"{label}: table missing")
+            continue
+        if list(table.header) != COLUMNS:
+            out.append(f"{label}: columns {list(table.header)}, expected {COLUMNS}")
+            continue
+        if f"@{key}" not in table.caption:
+            out.append(f"{label}: the caption does not cite @{key}")
+        if len(table.rows) < minimum:
+            out.append(f"{label}: {len(table.rows)} rows, fewer than the {minimum} listed")
+        for row in table.rows:
+            if len(row.cells) != len(COLUMNS):
+                out.append(f"{row.where()}: {len(row.cells)} cells, expected {len(COLUMNS)}")
+                continue
+            verdict = row["verdict"].strip().lower()
+            if verdict not in VERDICTS:
+                out.append(f"{row.where()}: verdict {row['verdict']!r} is not one of {sorted(VERDICTS)}")
+            for column in ("claim", "where", "note"):
+                if not row[column].strip():
+                    out.append(f"{row.where()}: empty {column!r}")
+            keys = VAR.findall(row["our value"])
+            if verdict in VERDICTS - {NOT_TESTABLE} and not keys:
+                out.append(f"{row.where()}: verdict {verdict!r} but 'our value' cites no variable")
+            if verdict == NOT_TESTABLE and not MISSING.search(row["note"]):
+                out.append(f"{row.where()}: not testable, but the note does not say what it needs or what is pending")
+            if verdict == "corrected" and row["note"].strip() in {"", "—"}:
+                out.append(f"{row.where()}: corrected, but the note does not say what is wrong")
+            if verdict != NOT_TESTABLE or row["our value"].strip() != "—":
+                typed = re.findall(r"\d", without_citations(row["our value"]))
+                if typed:
+                    out.append(f"{row.where()}: a number typed into 'our value' (cite it with {{{{< var >}}}})")
+            for cell in row.cells:
+                out += [f"{row.where()}: undefined variable {k}" for k in VAR.findall(cell) if not defined(k, variables)]
+    for label, phrase, key in KNOWN_ERRORS:
+        table = tables.get(label)
+        rows = [r for r in (table.rows if table else ()) if len(r.cells) == len(COLUMNS) and phrase in r["claim"]]
+        if not rows:
+            out.append(f"{label}: no row for the known error {phrase!r}")
+        for row in rows:
+            if row["verdict"].strip().lower() != "corrected":
+                out.append(f"{row.where()}: the known error {phrase!r} is not marked corrected")
+            if key not in VAR.findall(row["our value"]):
+                out.append(f"{row.where()}: the known error {phrase!r} does not cite {key}")
+    return out
+
+
+def chapter_text() -> str:
+    return CHAPTER.read_text()
+
+
+def test_the_chapter_is_in_the_book_before_the_references():
+    config = yaml.safe_load((REPO / "_quarto.yml").read_text())
+    for listing in (config["project"]["render"], config["book"]["chapters"]):
+        assert listing[-2:] == ["report/claims.qmd", "report/references.qmd"]
+    assert re.search(r"^# Claims checked \{#sec-claims\}\s*$", chapter_text(), re.M)
+
+
+def test_every_claims_table_is_sound():
+    found = problems(chapter_text(), variables())
+    assert not found, "problems in report/claims.qmd:\n" + "\n".join(found)
+
+
+def test_rows_per_source_are_not_fewer_than_listed():
+    tables = parse(chapter_text())
+    counts = {label: len(tables[label].rows) for label in SOURCES if label in tables}
+    assert counts.keys() == SOURCES.keys()
+    short = {label: (n, SOURCES[label][1]) for label, n in counts.items() if n < SOURCES[label][1]}
+    assert not short, f"rows (found, listed): {short}"
+
+
+def test_every_verdict_is_one_of_four():
+    verdicts = [r["verdict"] for t in parse(chapter_text()).values() if t.label in SOURCES for r in t.rows]
+    assert verdicts and set(verdicts) <= VERDICTS
+
+
+@pytest.mark.parametrize("line, cells", [
+    ("| a | b |", ["a", "b"]),
+    ("| $\\lvert x \\rvert$ | `a|b` |", ["$\\lvert x \\rvert$", "`a|b`"]),
+    ("| x \\| y | {{< var a.b >}} |", ["x \\| y", "{{< var a.b >}}"]),
+    ("| $|x|$ | z |", ["$|x|$", "z"]),
+])
+def test_cells_split_only_on_separators(line, cells):
+    assert split_cells(line) == cells
+
+
+def test_typed_numbers_are_found_outside_citations():
+    assert re.findall(r"\d", without_citations("{{< var gpt2.a.b_1 >}} and $0.5$ in §[-@sec-x1], @tbl-y")) == []
+    assert re.findall(r"\d", without_citations("{{< var gpt2.a.b >}} or 0.5")) == ["0", "5"]
+
+
+# --- mutations: each break must be caught -----------------------------------------------------
+
+def first_row(text: str, verdict: str, label: str | None = None) -> Row:
+    tables = parse(text)
+    return next(r for t in tables.values() if t.label in SOURCES and (label is None or t.label == label)
+                for r in t.rows if r["verdict"] == verdict)
+
+
+def replace_row(text: str, row: Row, cells: list[str] | None) -> str:
+    """The text with one table row replaced by new cells, or deleted (cells None)."""
+    lines = text.splitlines()
+    if cells is None:
+        del lines[row.line - 1]
+    else:
+        lines[row.line - 1] = "| " + " | ".join(cells) + " |"
+    return "\n".join(lines) + "\n"
+
+
+def with_cell(row: Row, column: str, value: str) -> list[str]:
+    cells = list(row.cells)
+    cells[COLUMNS.index(column)] = value
+    return cells
+
+
+def mutate_delete_verdict(text):
+    row = first_row(text, "confirmed")
+    return replace_row(text, row, with_cell(row, "verdict", ""))
+
+
+def mutate_misspell_verdict(text):
+    row = first_row(text, "refined")
+    return replace_row(text, row, with_cell(row, "verdict", "partly confirmed"))
+
+
+def mutate_drop_variables(text):
+    row = first_row(text, "confirmed")
+    return replace_row(text, row, with_cell(row, "our value", "see the chapter"))
+
+
+def mutate_type_a_number(text):
+    row = first_row(text, "refined")
+    return replace_row(text, row, with_cell(row, "our value", row["our value"] + " (about 0.5)"))
+
+
+def mutate_unknown_key(text):
+    row = first_row(text, "confirmed")
+    return replace_row(text, row, with_cell(row, "our value", "{{< var gpt2.no_such_analysis.value >}}"))
+
+
+def mutate_delete_row(text):
+    return replace_row(text, first_row(text, "not testable here", "tbl-claims-padova"), None)
+
+
+def mutate_silent_not_testable(text):
+    row = first_row(text, "not testable here")
+    return replace_row(text, row, with_cell(row, "note", "Left open."))
+
+
+def mutate_uncorrect_known_error(text):
+    tables = parse(text)
+    row = next(r for r in tables["tbl-claims-simon"].rows if r"1024 \times 784" in r["claim"])
+    return replace_row(text, row, with_cell(row, "verdict", "confirmed"))
+
+
+def mutate_drop_a_cell(text):
+    row = first_row(text, "corrected")
+    return replace_row(text, row, list(row.cells[:-1]))
+
+
+MUTATIONS = [mutate_delete_verdict, mutate_misspell_verdict, mutate_drop_variables, mutate_type_a_number,
+             mutate_unknown_key, mutate_delete_row, mutate_silent_not_testable, mutate_uncorrect_known_error,
+             mutate_drop_a_cell]
+
+
+@pytest.mark.parametrize("mutate", MUTATIONS, ids=lambda f: f.__name__.removeprefix("mutate_"))
+def test_a_broken_chapter_is_caught(mutate):
+    text = chapter_text()
+    assert not problems(text, variables()), "the chapter itself must be sound for this test to mean anything"
+    broken = mutate(text)
+    assert broken != text
+    assert problems(broken, variables()), f"{mutate.__name__} was not caught"
