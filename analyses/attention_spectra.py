@@ -29,8 +29,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
-from scipy.linalg import svd, svdvals
-from scipy.stats import binom
 
 from analyses.toolkit import plotting
 from analyses.toolkit import random_matrices as rm
@@ -94,6 +92,9 @@ def attention_spectra(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, r
                       seed: int, alpha: float) -> Result:
     """Singular values and anisotropy of every full attention matrix and every head's block, each against
     Gaussian matrices of the same shape and Frobenius norm and against its own entries shuffled."""
+    from scipy.linalg import svdvals
+    from scipy.stats import binom
+
     L, H, D = shape.n_layers, shape.n_heads, shape.d_model
     n_matrices = L * len(MATRICES)
     rng = np.random.default_rng(seed)
@@ -366,6 +367,8 @@ def attention_alignment(tensors: Mapping[str, np.ndarray], shape: ModelShape, *,
     "γ-folded" reads diag(γ) W with γ the gain of the LayerNorm in front of the layer: a unit direction of
     the residual stream reaches W only after that per-dimension scaling, so this is what the stream drives.
     """
+    from scipy.linalg import svd
+
     L, D = shape.n_layers, shape.d_model
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
     basis = top_right_singular_vectors(P, max(ks))

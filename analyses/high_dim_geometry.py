@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
-from scipy import special
 
 from analyses.toolkit import plotting
 from analyses.engine.registry import register
@@ -34,6 +33,8 @@ def random_cosines(d: int, n_pairs: int, rng: np.random.Generator) -> np.ndarray
 
 def cosine_density(t: np.ndarray, d: int) -> np.ndarray:
     """Density of the cosine of two independent uniform directions in R^d: Γ(d/2)/(√π Γ((d−1)/2)) (1−t²)^((d−3)/2)."""
+    from scipy import special
+
     t = np.asarray(t, dtype=np.float64)
     log_c = special.gammaln(d / 2) - special.gammaln((d - 1) / 2) - 0.5 * np.log(np.pi)
     return np.exp(log_c) * np.clip(1 - t**2, 0, None) ** ((d - 3) / 2)
@@ -41,6 +42,8 @@ def cosine_density(t: np.ndarray, d: int) -> np.ndarray:
 
 def cosine_tail(a: float, d: int) -> float:
     """P(|t| ≥ a) for the cosine t of two independent uniform directions in R^d: I_{1−a²}((d−1)/2, 1/2)."""
+    from scipy import special
+
     return float(special.betainc((d - 1) / 2, 0.5, 1 - a**2)) if a < 1 else 0.0
 
 
@@ -72,6 +75,8 @@ def overlap_fraction(d: int | np.ndarray, c_over_r: float | np.ndarray) -> np.nd
 
     Two caps of height r − c/2: I_{1 − (c/2r)²}((d+1)/2, 1/2) when c < 2r, and 0 otherwise.
     """
+    from scipy import special
+
     if np.any(np.asarray(d) < 1):
         raise ValueError(f"need d >= 1, got {d}")
     ratio = np.asarray(c_over_r, dtype=np.float64)

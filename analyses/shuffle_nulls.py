@@ -30,8 +30,6 @@ from collections.abc import Callable, Mapping
 from functools import cache
 
 import numpy as np
-from scipy.linalg.blas import ssyrk
-from scipy.sparse.linalg import eigsh
 
 from analyses.toolkit import plotting
 from analyses.toolkit.linalg import cosine_matrix, explained_variance_ratio, upper_triangle
@@ -103,6 +101,8 @@ precision, so that the maximum and the count above the threshold do not depend o
 
 def _cosines_float32(M: np.ndarray) -> np.ndarray:
     """The unique off-diagonal cosines of the rows of M in float32; BLAS ssyrk fills only the upper triangle."""
+    from scipy.linalg.blas import ssyrk
+
     U = M / np.linalg.norm(M, axis=1, keepdims=True)
     return _upper_of_blas(ssyrk(1.0, U.T, trans=1))
 
@@ -115,6 +115,8 @@ def top_variance_share(P: np.ndarray, k: int) -> float:
 def _top_share_of_covariance(C: np.ndarray, k: int) -> float:
     """Σ of the k largest eigenvalues of a symmetric covariance over its trace, by Lanczos iteration (ARPACK,
     fixed start vector, relative tolerance 1e-10: exact to rounding for the sum of well-separated top values)."""
+    from scipy.sparse.linalg import eigsh
+
     top = eigsh(C, k=k, which="LA", v0=np.ones(len(C)), tol=1e-10, return_eigenvectors=False)
     return float(top.sum() / np.trace(C))
 
@@ -158,6 +160,8 @@ def similarity_statistics(P: np.ndarray, threshold: float, bins: int, n_componen
     relative, far below every difference reported). With exact=False, the dimension statistics and the PCA
     share are not computed when `kept` holds them all (a null that keeps them by construction).
     """
+    from scipy.linalg.blas import ssyrk
+
     stats: dict[str, float] = {}
     hists: dict[str, np.ndarray] = {}
     if exact:

@@ -31,7 +31,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
-from scipy.sparse.linalg import eigsh
 
 from analyses.helix import fit_sinusoid
 from analyses.sinusoidal import sinusoidal_table
@@ -83,6 +82,8 @@ def top_eigenpairs(G: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
     Eigenvector signs are fixed so that each one's largest-magnitude entry is positive.
     """
+    from scipy.sparse.linalg import eigsh
+
     values, vectors = eigsh(G, k=k, which="LA", v0=np.ones(len(G)), tol=1e-12)
     order = np.argsort(values)[::-1]
     values, vectors = values[order], vectors[:, order]

@@ -24,7 +24,7 @@ YAML12_SCALAR = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?
 """Plain scalars that a YAML 1.2 reader (Quarto's) resolves to a number, boolean or null, not a string."""
 
 
-class _Dumper(yaml.SafeDumper):
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # libyaml's emitter when PyYAML has it: same text
     """Writes every cited value as a string for YAML 1.1 and 1.2 readers alike: PyYAML (1.1) leaves
     `6.68e5` plain, which Quarto (1.2) would read as the number 668000."""
 
@@ -87,6 +87,8 @@ def differences(disk: Index | None, fresh: Index) -> list[str]:
     """What is wrong with the files on disk, one sentence each, naming the keys of `_variables.yml`."""
     if disk is None:
         return ["_variables.yml or provenance.md is missing"]
+    if disk == fresh:
+        return []
     problems = []
     try:
         old = _flatten(yaml.safe_load(disk.variables) or {})

@@ -32,7 +32,6 @@ on the scale at all.
 from __future__ import annotations
 
 import numpy as np
-from scipy import special
 
 
 def aspect_ratio(shape: tuple[int, int]) -> float:
@@ -107,6 +106,8 @@ def mp_effective_rank_fraction(ratio: float, n_grid: int = 200001) -> float:
 
 def gaussian_log_volume_moments(shape: tuple[int, int]) -> tuple[float, float]:
     """Exact mean and variance of Σ log σ_i for an m × n matrix of i.i.d. standard normal entries (Bartlett)."""
+    from scipy import special
+
     p, N = min(shape), max(shape)
     k = np.arange(N - p + 1, N + 1, dtype=np.float64)
     return float(0.5 * np.sum(special.digamma(k / 2) + np.log(2))), float(0.25 * np.sum(special.polygamma(1, k / 2)))
@@ -118,6 +119,8 @@ def gaussian_log_volume_mean(shape: tuple[int, int], frobenius: float) -> float:
     Σ log σ(cG) = Σ log σ(G) + p log c, and E log ‖G‖_F = ½(ψ(mn/2) + log 2) (‖G‖²_F is χ² with mn
     degrees of freedom), so the mean is exact by linearity.
     """
+    from scipy import special
+
     m, n = shape
     mean, _ = gaussian_log_volume_moments(shape)
     log_norm = 0.5 * (special.digamma(m * n / 2) + np.log(2))

@@ -30,7 +30,6 @@ single unit vector (one λ) gives 2k(D−k)/(D²(D+2)), the variance of a Beta(k
 from __future__ import annotations
 
 import numpy as np
-from scipy.linalg import svdvals
 
 
 def energy_fraction(W: np.ndarray, basis: np.ndarray, side: str = "input") -> float:
@@ -152,11 +151,11 @@ def principal_angles(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     if A.shape[1] < B.shape[1]:
         A, B = B, A
     M = A.T @ B
-    cos = np.clip(svdvals(M), 0.0, 1.0)  # descending: ascending angles
+    cos = np.clip(np.linalg.svd(M, compute_uv=False), 0.0, 1.0)  # descending: ascending angles
     angles = np.arccos(cos)
     small = cos**2 > 0.5
     if small.any():
-        sin = np.clip(svdvals(B - A @ M), 0.0, 1.0)[::-1]  # ascending: the same order
+        sin = np.clip(np.linalg.svd(B - A @ M, compute_uv=False), 0.0, 1.0)[::-1]  # ascending: the same order
         angles[small] = np.arcsin(sin[small])
     return angles
 
