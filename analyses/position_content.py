@@ -32,9 +32,9 @@ from analyses.engine.results import Number, Result, Table, Text, spoken_list
 from analyses.engine.sources import ModelShape
 from analyses.toolkit import plotting
 from analyses.toolkit.linalg import top_right_singular_vectors
-from analyses.toolkit.subspaces import (captured, energy_fraction, prefix_energy_fractions, principal_angles,
-                                        random_basis, random_energy_moments, rotation_trace_moments,
-                                        sampled_energy_fractions)
+from analyses.toolkit.subspaces import (captured, energy_fraction, prefix_energy_fractions, prefix_overlaps,
+                                        principal_angles, random_basis, random_energy_moments,
+                                        rotation_trace_moments, sampled_energy_fractions)
 
 TOKEN_SUBSPACE = ("E_centred.S", "E_centred.V")
 BAND = (2.5, 97.5)
@@ -149,7 +149,7 @@ def position_token_subspaces(tensors: Mapping[str, np.ndarray], shape: ModelShap
     if replicate is not None:
         S_b, V_b = replicate
         kb = min(k_curve, V_b.shape[1])
-        agreement = np.array([energy_fraction(V_E[:, :k], V_b[:, :k]) for k in range(1, kb + 1)])
+        agreement = prefix_overlaps(V_E[:, :kb], V_b[:, :kb])
         exact = np.nonzero(1 - agreement > agreement_tol)[0]
         exact_k = int(exact[0]) if exact.size else kb  # the last k before the first disagreement
         curve_b = np.cumsum(np.sum((P @ V_b[:, :kb]) ** 2, axis=0)) / np.sum(P**2)

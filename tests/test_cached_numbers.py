@@ -19,9 +19,11 @@ import pytest
 
 from analyses.engine.cache import COMMON, Cache
 from analyses.engine.pipeline import Job, plan, select, status
+from analyses.engine.report import figures_shown
 from analyses.engine.sources import REPORT_MODELS, WEIGHTS_ENV, model_spec, open_source
 
-CACHE = Cache.at(Path(__file__).resolve().parents[1])
+REPO = Path(__file__).resolve().parents[1]
+CACHE = Cache.at(REPO)
 ANALYSES = select()
 SCOPES = [model_spec(m).slug for m in REPORT_MODELS]
 CASES = [(scope, a.name) for scope in SCOPES for a in ANALYSES if a.scope == "model"] + [
@@ -91,7 +93,7 @@ def test_cache_and_cited_files_are_fresh_for_the_current_code():
             sources.append(open_source(model))
         except Exception:  # weights unavailable: check everything but the weights
             sources.append(model_spec(model))
-    report = status(plan(ANALYSES, sources), CACHE)
+    report = status(plan(ANALYSES, sources, figures_shown(REPO)), CACHE)
     problems = [f"{job.label}: {reason}" for job, reason in report.jobs if reason]
     problems += [f"orphaned entry {scope}/{name}" for scope, name in report.orphans] + report.index_problems
     assert not problems, "stale cache; run `python -m analyses run --prune`:\n" + "\n".join(problems)

@@ -7,9 +7,9 @@ import pytest
 from scipy import stats
 from scipy.linalg import subspace_angles
 
-from analyses.toolkit.subspaces import (captured, energy_fraction, prefix_energy_fractions, principal_angles,
-                                        random_basis, random_energy_moments, rotation_trace_moments,
-                                        sampled_energy_fractions)
+from analyses.toolkit.subspaces import (captured, energy_fraction, prefix_energy_fractions, prefix_overlaps,
+                                        principal_angles, random_basis, random_energy_moments,
+                                        rotation_trace_moments, sampled_energy_fractions)
 
 D = 16
 
@@ -153,3 +153,18 @@ def test_prefix_energy_fractions_equal_the_energy_of_each_prefix():
     X = rng.standard_normal((5, 20))  # rows live in R^20: the output side
     np.testing.assert_allclose(prefix_energy_fractions(X, basis, ks, "output"),
                                [energy_fraction(X, basis[:, :k], "output") for k in ks], rtol=1e-12)
+
+
+def test_sampler_gives_the_whole_space_all_the_energy_and_refuses_impossible_dimensions():
+    W = random_basis(D, 3, np.random.default_rng(4)) * [2.0, 1.0, 0.3]
+    np.testing.assert_allclose(sampled_energy_fractions(W, (D,), 5, np.random.default_rng(1)), 1.0, atol=1e-12)
+    with pytest.raises(ValueError):
+        sampled_energy_fractions(W, (D + 1,), 5, np.random.default_rng(1))
+
+
+def test_prefix_overlaps_are_the_mean_squared_cosines_of_each_prefix():
+    rng = np.random.default_rng(22)
+    A, B = random_basis(D, 6, rng), random_basis(D, 8, rng)
+    np.testing.assert_allclose(prefix_overlaps(A, B), [energy_fraction(A[:, :k], B[:, :k]) for k in range(1, 7)],
+                               rtol=1e-12)
+    np.testing.assert_allclose(prefix_overlaps(A, A), 1.0, rtol=1e-12)

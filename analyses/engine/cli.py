@@ -3,7 +3,7 @@
     run [NAMES…] [--model M]… [--weights DIR] [--force] [--prune]   compute what is stale, rebuild the cited files
     list [NAMES…] [--model M]…                                      analyses, what they need, cached status
     status [NAMES…] [--model M]… [--weights DIR]                    check the cache and the cited files
-    bench                                                           time a cold and a warm run, peak memory
+    bench [--baseline [SCRIPT]] [--repeats N]                       cold and warm runs, per analysis, vs a notebook
 
 Models default to the report's (gpt2 and all-MiniLM-L6-v2). GPT-2's weights come from
 --weights DIR, else $GPT2_WEIGHTS, else the Hugging Face hub. The cache lives in the
@@ -19,6 +19,7 @@ read-only files, permissions); 130 interrupted. Every error is one line on stder
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -59,11 +60,19 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", parents=[common], help="compute stale analyses and rebuild the cited files")
     run.add_argument("--force", action="store_true", help="recompute even when the cache is fresh")
     run.add_argument("--prune", action="store_true", help="remove cache entries that no analysis owns")
-    run.add_argument("--jobs", type=_positive, metavar="N", help="analyses computed side by side (default: one per core)")
+    run.add_argument("--jobs", type=_positive, metavar="N",
+                     help="analyses computed side by side (default: one per core)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     sub.add_parser("list", parents=[common], help="list analyses, their needs and cached status")
     sub.add_parser("status", parents=[common], help="exit non-zero unless the cache and the cited files are fresh")
-    sub.add_parser("bench", help="time a cold and a warm run of every analysis, with peak memory")
+    bench = sub.add_parser("bench", help="time cold and warm runs, per analysis too, with peak memory")
+    bench.add_argument("--baseline", nargs="?", type=Path, const=BASELINE, metavar="SCRIPT",
+                       help=f"also time the notebook-style script against the same subset (default: {BASELINE})")
+    bench.add_argument("--weights", type=Path, metavar="DIR", help=f"GPT-2's weights for the baseline "
+                                                                   f"(default: ${WEIGHTS_ENV})")
+    bench.add_argument("--repeats", type=_positive, default=3, metavar="N", help="runs per figure (median)")
+    bench.add_argument("--root", type=Path, metavar="DIR",
+                       help="the repository whose book (which figures) and last timings (which order) the runs use")
     return parser
 
 
@@ -75,6 +84,7 @@ def _jobs(args):
     """Plan jobs. A model whose weights are unavailable without being asked for explicitly is planned
     without them (and named in the warnings); weights named with --weights must open."""
     from analyses.engine.pipeline import plan, select
+    from analyses.engine.report import figures_shown
 
     analyses = select(args.names)
     models = args.model or list(REPORT_MODELS)
@@ -91,7 +101,27 @@ def _jobs(args):
                 raise
             warnings.append(f"{model}: weights unavailable, checked without them ({exc})")
             sources.append(model_spec(model))
-    return plan(analyses, sources), warnings
+    root = args.root if args.root is not None else find_root()
+    return plan(analyses, sources, figures_shown(root)), warnings
+
+
+BASELINE = Path("../shared/bench/seed_style.py")
+"""The source documents' notebook way of working, relative to the repository."""
+
+
+def _bench(args) -> int:
+    from analyses.engine.bench import main as bench
+
+    root = args.root if args.root is not None else find_root()
+    script, weights = None, None
+    if args.baseline is not None:
+        script = args.baseline if args.baseline.is_absolute() else (root / args.baseline).resolve()
+        weights = args.weights or (Path(os.environ[WEIGHTS_ENV]) if os.environ.get(WEIGHTS_ENV) else None)
+        if not script.is_file():
+            raise RootError(f"no baseline script at {script}")
+        if weights is None:
+            raise WeightsError(f"the baseline needs GPT-2's weights: --weights DIR or ${WEIGHTS_ENV}=DIR")
+    return bench(root, script, weights, args.repeats)
 
 
 def _run(args) -> int:
@@ -148,9 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "bench":
-            from analyses.engine.bench import main as bench
-
-            return bench()
+            return _bench(args)
         return _run(args) if args.command == "run" else _status(args)
     except (WeightsError, RootError) as exc:
         print(f"error: {exc}", file=sys.stderr)

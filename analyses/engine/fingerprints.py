@@ -56,10 +56,12 @@ def library_versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
     return {"python": platform.python_version(), **dependency_closure(tuple(sorted({*BASE_LIBRARIES, *extra})))}
 
 
-def input_fingerprint(weights: dict[str, str] | None, code: str, params: dict, libraries: dict[str, str]) -> dict:
-    """Everything a result depends on, and its sha256 `key`: weights, code, parameters, libraries."""
+def input_fingerprint(weights: dict[str, str] | None, code: str, params: dict, libraries: dict[str, str],
+                      figures: tuple[str, ...] = ()) -> dict:
+    """Everything a result depends on, and its sha256 `key`: weights, code, parameters, libraries, and which
+    figures are drawn (those the book shows)."""
     inputs = {"weights": weights, "code": code, "params": json.loads(json.dumps(params, sort_keys=True)),
-              "libraries": libraries, "format": FORMAT_VERSION}
+              "libraries": libraries, "figures": sorted(figures), "format": FORMAT_VERSION}
     inputs["key"] = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
     return inputs
 

@@ -11,7 +11,7 @@ locked or written when nothing needs writing.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -33,6 +33,8 @@ class Job:
     analysis: Analysis
     scope: str
     source: WeightSource | None
+    shown: frozenset[str] | None = None
+    """The figures the book embeds (None: no book, so every figure); see `figures`."""
 
     @property
     def label(self) -> str:
@@ -43,13 +45,22 @@ class Job:
         return self.analysis.needs_for(self.source.shape.family) if self.source else self.analysis.needs
 
     @property
+    def figures(self) -> tuple[str, ...]:
+        """The figures to draw: those the book shows; all where there is no book or where the book includes a
+        text output of the analysis (which may embed any of its figures)."""
+        names = tuple(self.analysis.figures)
+        if self.shown is None or self.shown & set(self.analysis.files):
+            return names
+        return tuple(name for name in names if name in self.shown)
+
+    @property
     def unavailable(self) -> bool:
         return self.analysis.scope == "model" and self.source is None
 
     def inputs(self) -> dict:
         weights = self.source.fingerprint_for(self.needs) if self.source else None
         return input_fingerprint(weights, self.analysis.code_hash(), dict(self.analysis.params),
-                                 library_versions(self.analysis.libraries))
+                                 library_versions(self.analysis.libraries), self.figures)
 
 
 def select(names: Iterable[str] = ()) -> list[Analysis]:
@@ -62,14 +73,20 @@ def select(names: Iterable[str] = ()) -> list[Analysis]:
     return [registry[n] for n in names] if names else list(registry.values())
 
 
-def plan(analyses: list[Analysis], sources: list[WeightSource | ModelSpec]) -> list[Job]:
+def plan(analyses: list[Analysis], sources: list[WeightSource | ModelSpec],
+         shown: Mapping[str, frozenset[str]] | None = None) -> list[Job]:
     """Every (analysis, scope) pair: model analyses once per model, common ones once.
 
-    A ModelSpec in place of a source stands for a model whose weights are unavailable.
+    A ModelSpec in place of a source stands for a model whose weights are unavailable. `shown` is what the
+    book embeds (`report.figures_shown`); None draws every figure.
     """
-    jobs = [Job(a, s.slug, s if isinstance(s, WeightSource) else None)
+    def job(analysis: Analysis, scope: str, source: WeightSource | None) -> Job:
+        return Job(analysis, scope, source,
+                   None if shown is None else shown.get(f"{scope}/{analysis.name}", frozenset()))
+
+    jobs = [job(a, s.slug, s if isinstance(s, WeightSource) else None)
             for s in sources for a in analyses if a.scope == "model"]
-    return jobs + [Job(a, COMMON, None) for a in analyses if a.scope == "common"]
+    return jobs + [job(a, COMMON, None) for a in analyses if a.scope == "common"]
 
 
 def orphans(cache: Cache) -> list[tuple[str, str]]:
@@ -129,7 +146,7 @@ def execute(job: Job, cache: Cache, inputs: dict) -> dict:
     else:
         tensors, shape = (job.source.tensors, job.source.shape) if job.source else (None, None)
         result = job.analysis.run(tensors, shape)
-        figures = {name: render(fn(result, shape)) for name, fn in job.analysis.figures.items()}
+        figures = {name: render(job.analysis.figures[name](result, shape)) for name in job.figures}
         files = {name: fn(result, shape) for name, fn in job.analysis.files.items()}
         outputs = result_outputs(result, figures, files)
         manifest.update(status="ok", reason=None)

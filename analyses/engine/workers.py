@@ -55,6 +55,13 @@ def run_all(tasks: Iterable[tuple[str, Callable[[], object]]], jobs: int,
     `on_done(label, value, measure)` is called in the parent as each one finishes."""
     queue = list(tasks)
     running: dict[int, tuple[str, int, float]] = {}  # pid -> (label, read end of its pipe, start)
+    # The limit is set once, here, and every child inherits it with the library's state at fork: no child
+    # spends its own CPU time finding the BLAS libraries.
+    with single_blas_thread():
+        _schedule(queue, running, jobs, on_done)
+
+
+def _schedule(queue, running, jobs, on_done) -> None:
     try:
         while queue or running:
             while queue and len(running) < max(1, jobs):
@@ -75,8 +82,7 @@ def _start(task: Callable[[], object]) -> tuple[int, int]:
         os.close(read)
         code = 0
         try:
-            with single_blas_thread():
-                message = (True, task(), None)
+            message = (True, task(), None)
         except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
             message, code = (False, exc, traceback.format_exc()), 1
         try:
@@ -124,4 +130,6 @@ def _stop(pid: int, fd: int) -> None:
 
 
 def _describe(status: int) -> str:
-    return f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit code {os.waitstatus_to_exitcode(status)}"
+    if os.WIFSIGNALED(status):
+        return f"signal {os.WTERMSIG(status)}"
+    return f"exit code {os.waitstatus_to_exitcode(status)}"

@@ -110,29 +110,47 @@ def random_basis(D: int, k: int, rng: np.random.Generator) -> np.ndarray:
 
 def sampled_energy_fractions(W: np.ndarray, ks, n_draws: int, rng: np.random.Generator,
                              side: str = "input") -> np.ndarray:
-    """a(W) on n_draws uniformly random subspaces: [n_draws, len(ks)], nested (the first k columns of one draw).
+    """a(W) on n_draws uniformly random subspaces: [n_draws, len(ks)].
 
     Exact, not approximate: with M = U diag(λ) Uᵀ, a = Σ_i λ_i ‖Yᵀ u_i‖² / Σλ for a Haar frame Y, and UᵀY is
-    again a Haar frame, so each draw needs only a random frame Z and Σ_i λ_i Z_ij² per direction j.
+    again a Haar frame, so each draw needs only a random frame Z and Σ_i λ_i Z_ij² per direction j. One
+    frame per draw serves every k: the span of its first k columns is a uniformly random k-subspace, and so
+    is the orthogonal complement of the span of its first D − k, whose energy is 1 minus theirs. A frame of
+    max(min(k, D − k)) columns therefore suffices (at most D/2: the QR that makes it is the cost).
     """
     W = np.asarray(W, dtype=np.float64)
     D = _space_dimension(W, side)
     ks = np.asarray(ks, dtype=int)
+    if np.any((ks < 1) | (ks > D)):
+        raise ValueError(f"need 1 <= k <= {D}, got {ks.min()}..{ks.max()}")
     M = W @ W.T if side == "input" else W.T @ W
     lam = np.clip(np.linalg.eigvalsh(M), 0, None)
+    complement = ks > D - ks
+    columns = int(np.max(np.where(complement, D - ks, ks)))
     out = np.empty((n_draws, ks.size))
     for i in range(n_draws):
-        Z = random_basis(D, int(ks.max()), rng)
-        cumulative = np.cumsum(lam @ Z**2) / lam.sum()
-        out[i] = cumulative[ks - 1]
+        frame = random_basis(D, max(columns, 1), rng)
+        cumulative = np.concatenate([[0.0], np.cumsum(lam @ frame**2) / lam.sum()])
+        out[i] = np.where(complement, 1 - cumulative[np.minimum(D - ks, columns)], cumulative[np.minimum(ks, columns)])
     return out
 
 
+def prefix_overlaps(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """energy_fraction(A[:, :k], B[:, :k]) for k = 1 … min(k_A, k_B), A and B orthonormal: the mean cos² of the
+    principal angles between their first-k subspaces, ‖Bₖᵀ Aₖ‖²_F / k, from one product and cumulative sums."""
+    k = min(A.shape[1], B.shape[1])
+    squares = (np.asarray(B, dtype=np.float64)[:, :k].T @ np.asarray(A, dtype=np.float64)[:, :k]) ** 2
+    return np.diagonal(np.cumsum(np.cumsum(squares, axis=0), axis=1)) / np.arange(1, k + 1)
+
+
 def _orthonormal(X: np.ndarray) -> np.ndarray:
-    """An orthonormal basis of the column space of X (independent columns), by QR."""
+    """An orthonormal basis of the column space of X (independent columns): X itself when its columns are
+    orthonormal to 1e-12, else by QR."""
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2 or X.shape[1] > X.shape[0]:
         raise ValueError(f"need a [D, k] matrix with k <= D, got shape {X.shape}")
+    if np.abs(X.T @ X - np.eye(X.shape[1])).max() <= 1e-12:
+        return X
     Q, R = np.linalg.qr(X)
     if np.abs(np.diag(R)).min() <= 1e-10 * np.abs(np.diag(R)).max():
         raise ValueError("the columns are linearly dependent: they do not span a k-dimensional subspace")

@@ -1,0 +1,55 @@
+"""What the book shows: which cached figures its chapters embed.
+
+Drawing a figure costs more than most computations, so the pipeline draws only the figures the report
+embeds (like a build system that makes only the targets something depends on). The demand is read from
+the chapters that `_quarto.yml` lists and every file they include: a figure is shown when its cache path
+`_cache/<scope>/<analysis>/<figure>` appears there. A text output of an analysis (`files=`, e.g. a
+markdown fragment) that the book includes may embed any of that analysis's figures, so including it
+shows them all. Without a book (a cache outside the report's repository, a test's temporary one) every
+figure is drawn.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+FIGURE = re.compile(r"_cache/([\w-]+)/([\w-]+)/([\w-]+)(?![\w./-])")
+INCLUDED_OUTPUT = re.compile(r"\{\{<\s*include\s+[^\s>]*_cache/([\w-]+)/([\w-]+)/([\w.-]+\.md)\s*>\}\}")
+INCLUDE = re.compile(r"\{\{<\s*include\s+([^\s>]+)\s*>\}\}")
+
+
+def chapters(root: Path) -> list[Path] | None:
+    """The chapter files of the book at `root`, or None when there is no book there."""
+    try:
+        config = yaml.safe_load((root / "_quarto.yml").read_text())
+        listed = config["book"]["chapters"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return None
+    return [root / entry for entry in listed if isinstance(entry, str) and (root / entry).is_file()]
+
+
+def _text_with_includes(path: Path, seen: frozenset[Path] = frozenset()) -> str:
+    text = path.read_text()
+    parts = [text]
+    for target in INCLUDE.findall(text):
+        included = (path.parent / target).resolve()
+        if included.is_file() and included.suffix in {".qmd", ".md"} and included not in seen:
+            parts.append(_text_with_includes(included, seen | {path.resolve()}))
+    return "\n".join(parts)
+
+
+def figures_shown(root: Path) -> dict[str, frozenset[str]] | None:
+    """{"scope/analysis": names} that the book at `root` embeds: figure names, and the file names of the
+    analysis's text outputs that it includes; None when there is no book."""
+    files = chapters(root)
+    if files is None:
+        return None
+    shown: dict[str, set[str]] = {}
+    for path in files:
+        text = _text_with_includes(path)
+        for scope, analysis, name in [*FIGURE.findall(text), *INCLUDED_OUTPUT.findall(text)]:
+            shown.setdefault(f"{scope}/{analysis}", set()).add(name)
+    return {label: frozenset(names) for label, names in shown.items()}
