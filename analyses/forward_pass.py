@@ -40,8 +40,8 @@ from analyses.positional_attention import (attention_pattern, classify, head_sco
 from analyses.toolkit import plotting
 from analyses.toolkit.forward import forward, lm_logits, mean_pool, token_rows
 from analyses.toolkit.linalg import effective_rank, top_right_singular_vectors
-from analyses.toolkit.signal import (TW_Q99, classical_mds, mds_share, projection_distance, shared_rank, signal_subspace,
-                                     union_rank)
+from analyses.toolkit.signal import (TW_Q99, classical_mds, mds_share, mean_angle, projection_distance, shared_rank,
+                                     signal_subspace, union_rank)
 from analyses.toolkit.subspaces import principal_angles, random_basis
 from analyses.toolkit.text import PARAGRAPHS, TITLE, prefix, sentences, words
 
@@ -139,12 +139,10 @@ def forward_prompts(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, pro
             f"{name}_distinct": Number(len(np.unique(ids)), "d", f"distinct token ids in the {name} prompt"),
             f"{name}_end": Text(f"… {tail}", f"the last words of the {name} prompt"),
         }
-        rows.append((name, n_words, len(ids), len(np.unique(ids)), " ".join(map(str, ids[:6])) + " …",
-                     " ".join(map(str, ids[-3:])), f"… {tail}"))
+        rows.append((name, n_words, len(ids), len(np.unique(ids)), " ".join(map(str, ids[:3])) + " …", f"… {tail}"))
         id_rows += [(name, position, int(token)) for position, token in enumerate(ids)]
     tables = {
-        "prompts": Table(("prompt", "words", "tokens", "distinct ids", "first ids", "last ids", "ends with"),
-                         tuple(rows)),
+        "prompts": Table(("prompt", "words", "tokens", "distinct ids", "first ids", "ends with"), tuple(rows)),
         "token_ids": Table(("prompt", "position", "token id"), tuple(id_rows)),
     }
     return Result(numbers, tables)
@@ -164,8 +162,7 @@ def random_mean_angle(D: int, a: int, b: int, n_draws: int, rng: np.random.Gener
     """Mean over draws of the average principal angle (degrees) between uniformly random a- and b-subspaces of R^D."""
     if not (a and b):
         return float("nan")
-    return float(np.mean([np.degrees(principal_angles(random_basis(D, a, rng), random_basis(D, b, rng))).mean()
-                          for _ in range(n_draws)]))
+    return float(np.mean([mean_angle(random_basis(D, a, rng), random_basis(D, b, rng)) for _ in range(n_draws)]))
 
 
 def signal_subspaces(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, prompt_words: tuple[int, ...],
@@ -194,7 +191,7 @@ def signal_subspaces(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, pr
         pairs = [(i, j) for i in range(L + 1) for j in range(i + 1, L + 1) if ranks[i] and ranks[j]]
         pair_angles = {(i, j): np.degrees(principal_angles(bases[i], bases[j])) for i, j in pairs}
         angles = [pair_angles.get((s, s + 1), np.zeros(0)) for s in range(L)]  # each state against the next
-        means = np.array([a.mean() if a.size else np.nan for a in angles])
+        means = np.array([mean_angle(bases[s], bases[s + 1]) for s in range(L)])
         sums = np.array([a.sum() for a in angles])
         reference = np.array([random_mean_angle(D, a.shape[1], b.shape[1], n_random, rng)
                               for a, b in zip(bases[:-1], bases[1:])])
@@ -254,7 +251,7 @@ def signal_subspaces(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, pr
                                float(subs[s].singular_values[0]),
                                float(nxt.mean()) if nxt.size else float("nan"), float(nxt.sum()) if s < L else float("nan"),
                                int(nxt.size)))
-        prompt_rows.append((name, n, int(ranks.min()), int(ranks.max()), union, union / D, shared,
+        prompt_rows.append((name, int(ranks.min()), int(ranks.max()), union, shared,
                             float(np.nanmean(means)) if np.isfinite(means).any() else float("nan"),
                             float(np.nanmean(reference)) if np.isfinite(reference).any() else float("nan"),
                             float(sums.mean()), mds_share(eigenvalues, 2)))
@@ -266,11 +263,9 @@ def signal_subspaces(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, pr
                          "mean angle to next (°)", "sum of angles to next (°)", "angles"), tuple(state_rows),
                         formats={"effective rank": ".1f", "noise σ̂": ".3g", "threshold": ".3g", "largest σ": ".3g",
                                  "mean angle to next (°)": ".1f", "sum of angles to next (°)": ".0f"}),
-        "prompts": Table(("prompt", "tokens", "smallest rank", "largest rank", "union rank", "union / D", "shared rank",
-                          "mean consecutive angle (°)", "random subspaces (°)", "mean sum of angles (°)",
-                          "MDS 2-D share"), tuple(prompt_rows),
-                         formats={"union / D": ".1%", "mean consecutive angle (°)": ".1f", "random subspaces (°)": ".1f",
-                                  "mean sum of angles (°)": ".0f", "MDS 2-D share": ".0%"}),
+        "prompts": Table(("prompt", "rank from", "rank to", "union rank", "shared rank", "angle (°)", "random (°)",
+                          "sum of angles (°)", "MDS in 2-D"), tuple(prompt_rows),
+                         formats={"angle (°)": ".1f", "random (°)": ".1f", "sum of angles (°)": ".0f", "MDS in 2-D": ".0%"}),
     }
     arrays["labels"] = np.array(labels)
     return Result(numbers, tables, arrays)
@@ -414,6 +409,13 @@ def regression_share(H: np.ndarray, Z: np.ndarray) -> float:
     return float(np.sum((U.T @ Hc) ** 2) / total) if total > 0 else 0.0
 
 
+def chance_share(rank: int, n: int) -> float:
+    """E R² = rank/(n − 1) of a regression on `rank` centred regressors when the n rows are assigned at random: the
+    average of the projector over row permutations is rank/(n − 1) times the centring projector. With rank = k
+    this is the position share's chance level; with rank = g − 1 (g groups) the token share's."""
+    return rank / (n - 1)
+
+
 def group_share(H: np.ndarray, groups: np.ndarray) -> float:
     """η² = Σ_g n_g ‖h̄_g − h̄‖² / Σ_n ‖h_n − h̄‖²: the share of the variance of the rows of H explained by the
     group each row belongs to (one-hot regression on token identity)."""
@@ -454,7 +456,7 @@ def position_share(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, prom
     pos = np.array([[[regression_share(hidden[s, b], Z[:, :k]) for k in ks] for b in range(len(batch))]
                     for s in range(states)])  # [states, batch, ks]
     tok = np.array([[group_share(hidden[s, b], batch[b, rows]) for b in range(len(batch))] for s in range(states)])
-    chance_tok = (groups - 1) / (n_rows - 1)
+    chance_tok = chance_share(groups - 1, n_rows)
     p = ks.index(primary_k)
     labels = state_labels(shape.n_layers)
     numbers = {
@@ -463,7 +465,7 @@ def position_share(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, prom
         "distinct": Number(groups, "d", "distinct token ids on those rows (g)"),
         "n_shuffles": Number(n_shuffles, "d", "random orders of the same tokens"),
         "primary_k": Number(primary_k, "d", "P's top-k directions of the cited position share"),
-        "chance_pos": Number(primary_k / (n_rows - 1), ".1%", "chance level k/(n' − 1) of the position share"),
+        "chance_pos": Number(chance_share(primary_k, n_rows), ".1%", "chance level k/(n' − 1) of the position share"),
         "chance_tok": Number(chance_tok, ".1%", "chance level (g − 1)/(n' − 1) of the token share"),
     }
     for s, label in enumerate(labels):
@@ -502,7 +504,7 @@ def position_share(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, prom
                "shuffled max", "token id", "token id, shuffled")
     table = Table(columns, tuple(table_rows), formats={c: ".1%" for c in columns[1:]})
     arrays = {"pos": pos, "tok": tok, "ks": np.array(ks), "primary": np.array(primary_k),
-              "chance_pos": np.array([k / (n_rows - 1) for k in ks]), "chance_tok": np.array(chance_tok),
+              "chance_pos": np.array([chance_share(k, n_rows) for k in ks]), "chance_tok": np.array(chance_tok),
               "labels": np.array(labels)}
     return Result(numbers, {"shares": table}, arrays)
 
@@ -828,7 +830,7 @@ def position_ablation(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, p
         for c in range(1, n_conditions):
             other = signal_subspace(hidden[s, c]).basis
             if base[s].shape[1] and other.shape[1]:
-                angle[s, c - 1] = np.degrees(principal_angles(base[s], other)).mean()
+                angle[s, c - 1] = mean_angle(base[s], other)
     removed = float(np.sum((P @ B) ** 2) / np.sum(P**2))
     tv_layer = tv.mean(axis=2)  # [conditions − 1, L]
     controls = slice(1, None)
@@ -1019,7 +1021,8 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 def entropy(logits: np.ndarray) -> np.ndarray:
     """H = −Σ p log p in nats of softmax(logits) over the last axis."""
     logp = log_softmax(logits)
-    return -(np.exp(logp) * logp).sum(axis=-1)
+    p = np.exp(logp)
+    return -np.where(p > 0, p * np.where(p > 0, logp, 0.0), 0.0).sum(axis=-1)
 
 
 def decided_state(top1: np.ndarray) -> int:

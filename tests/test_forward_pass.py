@@ -20,8 +20,8 @@ from analyses.engine.cache import Cache
 from analyses.engine.cli import main
 from analyses.engine.sources import ModelSpec, WeightSource, open_source
 from analyses.toolkit.forward import final_norm, forward, lm_logits, mean_pool
-from analyses.toolkit.signal import (classical_mds, mds_share, noise_edge, projection_distance, shared_rank,
-                                     signal_subspace, union_rank)
+from analyses.toolkit.signal import (classical_mds, mds_share, mean_angle, noise_edge, projection_distance,
+                                     shared_rank, signal_subspace, union_rank)
 from analyses.toolkit.subspaces import principal_angles, random_basis
 from analyses.toolkit.text import PARAGRAPHS, TEXT, prefix, sentences, words
 
@@ -113,7 +113,9 @@ def test_pure_noise_keeps_no_component(n, d):
     rng = np.random.default_rng(n + d)
     kept = [signal_subspace(2.5 * rng.standard_normal((n, d))).rank for _ in range(40)]
     assert sum(k > 0 for k in kept) <= 2  # the Tracy–Widom allowance: about one matrix in a hundred
-    assert signal_subspace(2.5 * np.random.default_rng(0).standard_normal((n, d))).rank == 0
+    noise = 2.5 * np.random.default_rng(0).standard_normal((n, d))
+    assert signal_subspace(noise).rank == 0
+    assert signal_subspace(noise + 50.0 * np.random.default_rng(1).standard_normal(d)).rank == 0  # a shared offset is no signal
 
 
 @pytest.mark.parametrize("n, d, r", [(147, 384, 3), (493, 384, 7), (16, 384, 2), (400, 120, 5)])
@@ -149,10 +151,15 @@ def test_identical_subspaces_have_angles_zero_and_orthogonal_ones_ninety():
     A, B = Q[:, :5], Q[:, 5:10]
     np.testing.assert_allclose(np.degrees(principal_angles(A, A @ random_basis(5, 5, rng))), 0, atol=1e-6)
     np.testing.assert_allclose(np.degrees(principal_angles(A, B)), 90, atol=1e-9)
+    assert mean_angle(A, A @ random_basis(5, 5, rng)) == pytest.approx(0, abs=1e-6)
+    assert mean_angle(A, B) == pytest.approx(90) and mean_angle(A, Q[:, :3]) == pytest.approx(0, abs=1e-6)
+    assert 0 < mean_angle(A, random_basis(40, 7, rng)) < 90 and np.isnan(mean_angle(A, Q[:, :0]))
     assert projection_distance(A, A) == pytest.approx(0, abs=1e-7)
     assert projection_distance(A, B) == pytest.approx(np.sqrt(5))
     assert projection_distance(A, Q[:, :3]) == pytest.approx(1.0)  # (5 + 3)/2 − 3
     assert union_rank([A, A, B]) == 10 and union_rank([A, Q[:, :3]]) == 5
+    tilted = np.cos(np.radians(5)) * Q[:, :1] + np.sin(np.radians(5)) * Q[:, 11:12]
+    assert union_rank([Q[:, :1], tilted]) == 2  # the exact union counts two lines 5° apart as two directions
     assert shared_rank([A, A, A]) == 5 and shared_rank([A, B]) == 0 and shared_rank([A, A, B]) == 5
 
 
@@ -183,7 +190,8 @@ def test_position_only_input_has_position_share_one_and_position_free_zero():
     free = G - Zc @ np.linalg.lstsq(Zc, G - G.mean(axis=0), rcond=None)[0]  # centred columns orthogonal to Z
     assert fp.regression_share(free, Z) == pytest.approx(0.0, abs=1e-12)
     draws = [fp.regression_share(G, rng.permutation(Z)) for _ in range(3000)]
-    assert np.mean(draws) == pytest.approx(k / (n - 1), rel=0.05)  # the stated chance level
+    assert np.mean(draws) == pytest.approx(fp.chance_share(k, n), rel=0.05)  # the stated chance level
+    assert fp.chance_share(k, n) == k / (n - 1)
 
 
 def test_token_identity_share():
@@ -227,6 +235,8 @@ def test_ablation_removes_the_subspace_and_the_control_moves_the_same_amount():
     R = random_basis(20, 3, rng)
     control = fp.ablate(P, B, R)
     np.testing.assert_allclose(np.linalg.norm(control - P, axis=1), np.linalg.norm(ablated - P, axis=1))
+    np.testing.assert_allclose((control - P) - (control - P) @ R @ R.T, 0, atol=1e-12)  # the change lies in span R
+    np.testing.assert_allclose((control - P) @ R, -(P @ B))  # the same coordinates, moved to R
 
 
 def test_text_overlap_is_one_for_identical_patterns_and_uniform_rows_sum_to_one():
@@ -357,3 +367,11 @@ def test_the_tracy_widom_quantile_is_the_99th_percentile_of_f1():
 
     assert f1(TW_Q99) == pytest.approx(0.99, abs=2e-5)
     assert f1(0.9793) == pytest.approx(0.95, abs=1e-4)  # a second tabulated value, as a check of the quadrature
+
+
+def test_entropy_and_the_state_where_the_top_token_settles():
+    assert fp.entropy(np.zeros(50257)) == pytest.approx(np.log(50257))
+    assert fp.entropy(np.array([0.0, -np.inf, -np.inf])) == pytest.approx(0.0, abs=1e-12)
+    np.testing.assert_allclose(np.exp(fp.log_softmax(np.array([1.0, 2.0, 3.0]))).sum(), 1.0)
+    assert fp.decided_state(np.array([5, 7, 5, 5])) == 2
+    assert fp.decided_state(np.array([5, 5, 5])) == 0 and fp.decided_state(np.array([1, 2, 3])) == 2

@@ -95,6 +95,14 @@ def signal_subspace(X: np.ndarray, q: float = TW_Q99) -> SignalSubspace:
     return SignalSubspace(s, edge, vt[:r].T)
 
 
+def mean_angle(A: np.ndarray, B: np.ndarray) -> float:
+    """The average (not the sum) of the min(a, b) principal angles between span A and span B, in degrees: it lies in
+    [0, 90], 0 for identical subspaces and 90 for orthogonal ones. NaN when either subspace is empty."""
+    if not (A.shape[1] and B.shape[1]):
+        return float("nan")
+    return float(np.degrees(principal_angles(A, B)).mean())
+
+
 def projection_distance(A: np.ndarray, B: np.ndarray) -> float:
     """‖AAᵀ − BBᵀ‖_F / √2 = √((a + b)/2 − Σ cos² θ_i) for orthonormal bases A [D, a], B [D, b] (Σ cos² θ_i = ‖AᵀB‖²_F,
     the squared singular values of AᵀB); √(b/2) when A is empty."""
