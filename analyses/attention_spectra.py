@@ -276,23 +276,25 @@ def plot_spectra(result: Result, shape: ModelShape):
     D = spectra.shape[-1]
     plt = plotting.pyplot()
     cmap = plt.get_cmap(plotting.SEQUENTIAL)
-    fig, axes = plotting.subplots(1, 4, figsize=(10, 3.3), sharey=True)
+    fig, axes = plotting.subplots(2, 2, figsize=(plotting.MAX_WIDTH, 4.8), sharex=True, sharey=True)
     rank = np.arange(1, D + 1)
-    for m, (ax, kind) in enumerate(zip(axes, MATRICES)):
+    for m, (ax, kind) in enumerate(zip(axes.flat, MATRICES)):
         for layer in range(spectra.shape[0]):
             ax.plot(rank, spectra[layer, m] * np.sqrt(D) / norms[layer, m], lw=0.9,
                     color=cmap(layer / max(1, spectra.shape[0] - 1)), rasterized=True)
         ax.plot(rank, mp, color="black", lw=1.3, ls="--", label="Marchenko–Pastur\n(noise, same norm)")
         ax.set_yscale("log")
-        ax.set_title(f"W_{kind}")
+        ax.set_title(f"$W_{kind}$")
+    for ax in axes[1]:
         ax.set_xlabel("rank i")
-    axes[0].set_ylabel("σ_i / (‖W‖_F / √D) (log scale)")
-    axes[0].legend(loc="lower left", fontsize=6.5, frameon=True)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(r"$\sigma_i\,/\,(\Vert W\Vert_F/\sqrt{D})$")
+    axes[0, 0].legend(loc="lower left")
     norm = plt.Normalize(0, spectra.shape[0] - 1)
-    bar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes, fraction=0.02, pad=0.02)
+    bar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes, fraction=0.03, pad=0.02)
     bar.set_label("layer")
-    fig.suptitle(f"{shape.name}: singular spectra of the {shape.d_model}×{shape.d_model} attention matrices, "
-                 "in units of a noise matrix's typical singular value")
+    fig.suptitle(f"{shape.name}: singular spectra of the {shape.d_model}×{shape.d_model} attention matrices "
+                 "(log scale)")
     return fig
 
 
@@ -300,40 +302,51 @@ def plot_baselines(result: Result, shape: ModelShape):
     """Effective rank and condition number of every full matrix against Gaussian and shuffled baselines."""
     erank, cond, shuffled = result.arrays["erank"], result.arrays["cond"], result.arrays["shuffled"]
     limit, D = float(result.arrays["erank_limit"]), shape.d_model
-    fig, (left, right) = plotting.subplots(1, 2, figsize=(9.6, 3.6))
+    fig, (left, right) = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, 3.7))
     layers = np.arange(erank.shape[0])
     for m, kind in enumerate(MATRICES):
-        left.plot(layers + (m - 1.5) * 0.12, erank[:, m], "o", ms=4, color=f"C{m}", label=f"W_{kind}")
+        left.plot(layers + (m - 1.5) * 0.12, erank[:, m], "o", ms=4, color=f"C{m}", label=f"$W_{kind}$")
         left.plot(layers + (m - 1.5) * 0.12, shuffled[:, m, 1], "x", ms=4, color=f"C{m}", alpha=0.6)
         right.plot(layers + (m - 1.5) * 0.12, cond[:, m] / D, "o", ms=4, color=f"C{m}")
         right.plot(layers + (m - 1.5) * 0.12, shuffled[:, m, 0] / D, "x", ms=4, color=f"C{m}", alpha=0.6)
-    left.axhline(limit, color="black", lw=1, ls="--", label="Gaussian (Marchenko–Pastur)")
+    left.plot([], [], "x", ms=4, color="0.4", label="entries shuffled")
+    left.axhline(limit, color="black", lw=1, ls="--", label="Gaussian limit")
     left.set_ylabel("effective rank")
-    left.set_title("effective rank (x: own entries shuffled)")
+    left.set_title("effective rank")
     for level, style in ((0.5, ":"), (0.95, "--"), (0.99, "-.")):
         x = _edelman_quantile(level)
-        right.axhline(x, color="black", lw=1, ls=style, label=f"Gaussian {level:.0%} quantile")
+        right.axhline(x, color="black", lw=1, ls=style, label=f"{level:.0%}")
     right.set_yscale("log")
-    right.set_ylabel("condition number / D (log)")
-    right.set_title("condition number (x: own entries shuffled)")
+    right.set_ylabel("condition number / D (log scale)")
+    right.set_title("condition number")
     for ax in (left, right):
         ax.set_xlabel("layer")
-        ax.legend(fontsize=7, loc="lower right" if ax is left else "upper right")
-    fig.suptitle(f"{shape.name}: attention matrices against random matrices of the same shape and norm")
+        ax.set_xticks(layers[::2] if len(layers) > 8 else layers)
+    # legends below the panels, read row by row: the matrices, then the baselines
+    handles, labels = left.get_legend_handles_labels()
+    order = [0, 2, 4, 1, 3, 5]
+    left.legend([handles[i] for i in order], [labels[i] for i in order], ncol=2, loc="upper center",
+                bbox_to_anchor=(0.5, -0.22))
+    right.legend(ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.22), title="Gaussian quantiles")
+    fig.suptitle(f"{shape.name}: attention matrices against random ones of the same shape and norm")
     return fig
 
 
 def plot_head_effective_rank(result: Result, shape: ModelShape):
     """Effective rank of every head's block (at most d_head), layers × heads, for Q, K, V, O."""
     erank = result.arrays["head_stats"][..., 2]
-    fig, axes = plotting.subplots(1, 4, figsize=(10, 3.0), sharey=True)
+    n_layers, n_heads = erank.shape[0], erank.shape[2]
+    fig, axes = plotting.subplots(1, 4, figsize=(plotting.MAX_WIDTH, 1.25 + 1.3 * n_layers / n_heads), sharey=True)
     for m, (ax, kind) in enumerate(zip(axes, MATRICES)):
         image = ax.imshow(erank[:, m], cmap=plotting.SEQUENTIAL, vmin=0, vmax=shape.d_head, aspect="auto",
                           interpolation="nearest")
-        ax.set_title(f"W_{kind} per head")
+        ax.set_title(f"$W_{kind}$ per head")
         ax.set_xlabel("head")
+        ax.set_xticks(range(0, erank.shape[2], 4 if erank.shape[2] > 8 else 2))
     axes[0].set_ylabel("layer")
-    plotting.colorbar(fig, image, axes[-1], f"effective rank (max {shape.d_head})")
+    axes[0].set_yticks(range(0, erank.shape[0], 2))
+    bar = fig.colorbar(image, ax=list(axes), fraction=0.03, pad=0.02)
+    bar.set_label(f"effective rank\n(max {shape.d_head})")
     fig.suptitle(f"{shape.name}: effective rank of each head's {shape.d_head}-dimensional block")
     return fig
 
@@ -431,15 +444,18 @@ def plot_alignment(result: Result, shape: ModelShape):
 
     top = float(np.ceil(np.abs(np.log10(enrichment)).max() * 10) / 10)
     norm = LogNorm(vmin=10**-top, vmax=10**top)
-    fig, axes = plotting.subplots(1, len(ks), figsize=(3.0 * len(ks), 4.2), sharey=True)
+    fig, axes = plotting.subplots(1, len(ks), figsize=(plotting.MAX_WIDTH, 3.9), sharey=True)
+    labels = [column_label(*v).replace(f"W_{v[0]}", f"$W_{v[0]}$") for v in VARIANTS]
     for ax, i in zip(np.atleast_1d(axes), range(len(ks))):
         image = ax.imshow(enrichment[i], cmap=plotting.DIVERGING, norm=norm, aspect="auto", interpolation="nearest")
-        ax.set_xticks(range(len(VARIANTS)), [column_label(*v) for v in VARIANTS], rotation=60, ha="right",
-                      fontsize=8)
-        ax.set_title(f"top-{ks[i]} subspace of P")
-    np.atleast_1d(axes)[0].set_ylabel("layer")
-    plotting.colorbar(fig, image, list(np.atleast_1d(axes)), "enrichment a_k / (k/D) (log scale, 1 = chance)")
-    fig.suptitle(f"{shape.name}: how much each attention matrix reads (or W_O writes) P's top-k directions")
+        ax.set_xticks(range(len(VARIANTS)), labels, rotation=90)
+        ax.set_title(f"top-{ks[i]} subspace")
+    first = np.atleast_1d(axes)[0]
+    first.set_ylabel("layer")
+    first.set_yticks(range(enrichment.shape[1]))
+    bar = fig.colorbar(image, ax=list(np.atleast_1d(axes)), fraction=0.04, pad=0.02)
+    bar.set_label("enrichment $a_k/(k/D)$\n(log scale, 1 = chance)")
+    fig.suptitle(f"{shape.name}: enrichment of P's top-k directions in each attention matrix")
     return fig
 
 
@@ -449,18 +465,25 @@ def plot_overlaps(result: Result, shape: ModelShape):
     plotting.pyplot()
     from matplotlib.colors import PowerNorm
 
-    fig, axes = plotting.subplots(1, len(VARIANTS), figsize=(12, 3.4), sharey=True)
-    for ax, M, (kind, variant) in zip(axes, overlaps, VARIANTS):
+    # raw W_Q, W_K, W_V and W_O's output side in the top row, the gain-folded W_Q, W_K, W_V below them
+    fig, grid = plotting.subplots(2, 4, figsize=(plotting.MAX_WIDTH, 4.6))
+    where = {("Q", "raw"): (0, 0), ("K", "raw"): (0, 1), ("V", "raw"): (0, 2), ("O", "output"): (0, 3),
+             ("Q", "γ-folded"): (1, 0), ("K", "γ-folded"): (1, 1), ("V", "γ-folded"): (1, 2)}
+    grid[1, 3].remove()
+    axes = []
+    for M, (kind, variant) in zip(overlaps, VARIANTS):
+        ax = grid[where[kind, variant]]
+        axes.append(ax)
         image = ax.imshow(M, cmap=plotting.SEQUENTIAL, norm=PowerNorm(0.5, vmin=0, vmax=1), aspect="auto",
                           interpolation="nearest")
-        ax.set_title(column_label(kind, variant), fontsize=9)
-        ax.set_xlabel("direction j of P")
+        ax.set_title(column_label(kind, variant).replace(f"W_{kind}", f"$W_{kind}$"))
         ax.set_xticks(range(0, M.shape[1], 3), [str(j + 1) for j in range(0, M.shape[1], 3)])
-    axes[0].set_ylabel("singular vector i (by size)")
-    axes[0].set_yticks(range(0, overlaps.shape[1], 3), [str(i + 1) for i in range(0, overlaps.shape[1], 3)])
-    plotting.colorbar(fig, image, list(axes), "squared overlap (square-root scale)")
-    fig.suptitle(f"{shape.name}, layer 0: leading singular vectors (input side; W_O: output side) "
-                 "against P's top right-singular vectors")
+        ax.set_yticks(range(0, M.shape[0], 3), [str(i + 1) for i in range(0, M.shape[0], 3)])
+    fig.supxlabel("direction j of P (top right-singular vectors)", fontsize=9)
+    fig.supylabel("singular vector i of the matrix (by size)", fontsize=9)
+    bar = fig.colorbar(image, ax=axes, fraction=0.04, pad=0.02)
+    bar.set_label("squared overlap (square-root scale)")
+    fig.suptitle(f"{shape.name}, layer 0: leading singular vectors against P's top directions")
     return fig
 
 

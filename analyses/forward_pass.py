@@ -312,7 +312,7 @@ def plot_layers(result: Result, shape: ModelShape):
     a = result.arrays
     labels = list(a["labels"])
     states = np.arange(len(labels))
-    fig, axes = plotting.subplots(2, 3, figsize=(7.8, 5.6), layout="constrained")
+    fig, axes = plotting.subplots(2, 3, figsize=(plotting.MAX_WIDTH, 5.6), layout="constrained")
     top, bottom = axes
     for c, name in enumerate(PROMPTS):
         colour = f"C{c}"
@@ -324,13 +324,13 @@ def plot_layers(result: Result, shape: ModelShape):
     top[1].set_ylabel("effective rank")
     top[2].set_ylabel("mean principal angle (°)")
     top[2].set_ylim(0, 90)
-    top[2].set_title("to the next state (dotted: random)", fontsize=8)
+    top[2].set_title("to the next state\n(dotted: random)", fontsize=8)
     for ax in top[:2]:
         ax.set_yscale("log")
         plain_log_ticks(ax.yaxis)
     for ax in top:
         ax.set_xticks(states, ["E", *range(len(labels) - 1)], fontsize=8)
-        ax.set_xlabel("state (E: embeddings, ℓ: after layer ℓ)", fontsize=7)
+        ax.set_xlabel("state")
     top[0].legend(fontsize=7, loc="best")
     colours = _state_colours(len(labels))
     for ax, name in zip(bottom, PROMPTS):
@@ -343,7 +343,8 @@ def plot_layers(result: Result, shape: ModelShape):
         ax.set_title(f"MDS, {name}: {result.numbers[f'{name}_mds_share'].text} in 2-D", fontsize=8)
         ax.set_xlabel("MDS 1", fontsize=8)
     bottom[0].set_ylabel("MDS 2")
-    fig.suptitle(f"{shape.name}: signal subspaces through the layers", fontsize=10)
+    fig.suptitle(f"{shape.name}: signal subspaces through the layers (states: E, the embeddings; ℓ, after layer ℓ)",
+                 fontsize=10)
     return fig
 
 

@@ -272,19 +272,24 @@ def _outlier_positions(result: Result) -> list[int]:
 def plot_helix(result: Result, shape: ModelShape, elev: float = 22.0, azim: float = -60.0):
     """The top-3 principal coordinates in 3-D and two projections, coloured by position; ends marked."""
     plt = plotting.pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     Z = result.arrays["Z"]
     n = np.arange(len(Z))
-    fig = plt.figure(figsize=(9.0, 6.0))
-    grid = fig.add_gridspec(2, 2, width_ratios=[1.7, 1], wspace=0.4, hspace=0.3)
+    fig = plt.figure(figsize=(plotting.MAX_WIDTH, 4.6))
+    grid = fig.add_gridspec(2, 2, width_ratios=[1.5, 1], wspace=0.1)
     ax3 = fig.add_subplot(grid[:, 0], projection="3d")
     axes = [fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[1, 1])]
     ax3.plot(Z[:, 0], Z[:, 1], Z[:, 2], color="0.75", lw=0.5)
     points = ax3.scatter(Z[:, 0], Z[:, 1], Z[:, 2], c=n, cmap=plotting.POSITION, s=3, depthshade=False,
                          rasterized=True)
     ax3.view_init(elev=elev, azim=azim)
+    ax3.set_box_aspect(None, zoom=0.85)  # room inside the axes for the tick and axis labels
     for k, set_label in enumerate((ax3.set_xlabel, ax3.set_ylabel, ax3.set_zlabel)):
-        set_label(_axis_label(result, k), fontsize=9)
-    ax3.tick_params(labelsize=7)
+        set_label(_axis_label(result, k), labelpad=2)
+    ax3.tick_params(labelsize=8, pad=0)
+    for axis in (ax3.xaxis, ax3.yaxis, ax3.zaxis):
+        axis.set_major_locator(MaxNLocator(5, steps=[1, 2, 5, 10]))
     for ax, (i, j) in zip(axes, ((0, 1), (0, 2))):
         ax.plot(Z[:, i], Z[:, j], color="0.75", lw=0.5)
         ax.scatter(Z[:, i], Z[:, j], c=n, cmap=plotting.POSITION, s=3, rasterized=True)
@@ -296,9 +301,8 @@ def plot_helix(result: Result, shape: ModelShape, elev: float = 22.0, azim: floa
         for ax, (i, j) in zip(axes, ((0, 1), (0, 2))):
             ax.scatter(Z[p, i], Z[p, j], s=30, facecolors="none", edgecolors="black", linewidths=1.0)
             ax.annotate(f"{p}", (Z[p, i], Z[p, j]), textcoords="offset points", xytext=(5, 4), fontsize=8)
-    fig.colorbar(points, ax=ax3, location="bottom", fraction=0.04, pad=0.02, shrink=0.6, label="position")
-    fig.suptitle(f"{shape.name}: positions in the top three principal components "
-                 f"({result.numbers['top3'].text} of the variance)\ncircles: first and last position", fontsize=10)
+    fig.colorbar(points, ax=axes, fraction=0.05, pad=0.03, label="position")
+    fig.suptitle(f"{shape.name}: positions in PC1–PC3 ({result.numbers['top3'].text} of the variance)")
     return fig
 
 
@@ -307,22 +311,23 @@ def plot_components(result: Result, shape: ModelShape):
     Z, fits = result.arrays["Z"], result.arrays["fits"]
     k = Z.shape[1]
     n = np.arange(len(Z))
-    fig, axes = plotting.subplots((k + 1) // 2, 2, figsize=(8.0, 2.1 * ((k + 1) // 2) + 0.5), sharex=True)
+    rows = (k + 1) // 2
+    fig, axes = plotting.subplots(rows, 2, figsize=(plotting.MAX_WIDTH, 1.9 * rows + 0.8), sharex=True)
     for i, ax in enumerate(axes.flat[:k]):
         period, amplitude, phase, offset = fits[i]
         ax.plot(n, Z[:, i], color="C0", lw=1.0, label="principal coordinate")
         ax.plot(n, offset + amplitude * np.cos(2 * np.pi * n / period + phase), color="C3", lw=0.9, ls="--",
                 label="fitted sinusoid")
-        bound = " (at the bound: half a cycle)" if np.isclose(period, 2 * len(Z), rtol=1e-6) else ""
-        ax.set_title(f"PC{i + 1} ({result.arrays['ratios'][i]:.1%} of variance), R² = "
-                     f"{result.numbers[f'pc{i + 1}_r2'].text}\nfitted period {period:.0f} tokens{bound}", fontsize=8)
+        bound = " (bound: half a cycle)" if np.isclose(period, 2 * len(Z), rtol=1e-6) else ""
+        ax.set_title(f"PC{i + 1} ({result.arrays['ratios'][i]:.1%}), R² = {result.numbers[f'pc{i + 1}_r2'].text}"
+                     f"\nperiod {period:.0f} tokens{bound}", fontsize=8)
         ax.set_ylabel(f"z{i + 1}")
     for ax in axes.flat[k:]:
         ax.set_visible(False)
     for ax in axes[-1]:
         ax.set_xlabel("position")
-    axes.flat[0].legend(loc="lower left", fontsize=7)
-    fig.suptitle(f"{shape.name}: top principal coordinates as functions of position", fontsize=10)
+    fig.legend(*axes.flat[0].get_legend_handles_labels(), loc="outside lower center", ncol=2)
+    fig.suptitle(f"{shape.name}: top principal coordinates as functions of position")
     return fig
 
 
@@ -331,7 +336,7 @@ def plot_phase(result: Result, shape: ModelShape):
     turns, radius = result.arrays["turns"], result.arrays["radius"]
     n = np.arange(len(turns))
     edge = result.numbers["edge"].value
-    fig, (ax, ax_r) = plotting.subplots(2, 1, figsize=(6.4, 4.6), sharex=True)
+    fig, (ax, ax_r) = plotting.subplots(2, 1, figsize=(plotting.MAX_WIDTH, 4.6), sharex=True)
     ax.plot(n, np.abs(turns), color="C0", lw=1.2)
     ax.set_ylabel("turns around the axis")
     ax_r.plot(n, radius, color="C2", lw=1.2)
@@ -351,13 +356,13 @@ def plot_outliers(result: Result, shape: ModelShape):
     """Distance of each position from the trend of its neighbours, in median steps (log y)."""
     score = result.arrays["score"]
     n = np.arange(len(score))
-    fig, ax = plotting.subplots()
+    fig, ax = plotting.subplots(figsize=(plotting.MAX_WIDTH, 3.6))
     ax.plot(n, score, color="C0", lw=0.8)
     plotting.mark_positions(ax, np.argsort(-score, kind="stable")[:3], score, len(n))
     ax.axhline(1.0, color="0.5", lw=0.8, ls="--", label="one median step")
     ax.set_yscale("log")
     ax.set_xlabel("position")
-    ax.set_ylabel("distance from neighbours' trend (median steps, log)")
+    ax.set_ylabel("distance from neighbours' trend\n(median steps, log scale)")
     ax.set_title(f"{shape.name}: how far each position leaves the curve of its neighbours")
     ax.legend(loc="upper center")
     return fig
@@ -380,12 +385,12 @@ def helix_3d_html(result: Result, shape: ModelShape) -> str:
         x=Z[ends, 0], y=Z[ends, 1], z=Z[ends, 2], mode="markers+text", text=[f"{p}" for p in ends],
         hoverinfo="text", marker={"size": 6, "color": "black", "symbol": "circle-open"}, name="first and last"))
     fig.update_layout(
-        title={"text": f"{shape.name}: positions in the top three principal components (drag to rotate)"},
+        title={"text": f"{shape.name}: positions in PC1–PC3 (drag to rotate)"},
         scene={"xaxis": {"title": {"text": _axis_label(result, 0)}},
                "yaxis": {"title": {"text": _axis_label(result, 1)}},
                "zaxis": {"title": {"text": _axis_label(result, 2)}},
-               "camera": {"eye": {"x": 1.5, "y": -1.5, "z": 0.8}}},
-        height=600, margin={"l": 0, "r": 0, "t": 40, "b": 0}, showlegend=False, template="plotly_white")
+               "camera": {"eye": {"x": 1.8, "y": -1.8, "z": 0.95}}},  # far enough that no axis label is clipped
+        height=620, margin={"l": 10, "r": 10, "t": 50, "b": 60}, showlegend=False, template="plotly_white")
     div_id = "helix-3d-" + re.sub(r"[^a-z0-9]+", "-", shape.name.lower()).strip("-")
     # plotly.js is served by the site itself (copied there by report/_scripts/pre-render.sh), never a CDN;
     # the path is relative to the chapter's page, report/low-rank-helix.html.

@@ -420,15 +420,14 @@ def embedding_ball_overlap(tensors: Mapping[str, np.ndarray], shape: ModelShape,
 def plot_embedding_overlap(result: Result, shape: ModelShape):
     """Distances between token embeddings in units of the position radius, and the overlap they imply."""
     d = result.numbers["d_model"].value
-    fig, (left, right) = plotting.subplots(1, 2, figsize=(9.6, 4.0))
+    fig, (left, right) = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, 3.5))
     ratios = np.concatenate([result.arrays["random_ratio"], result.arrays["nn_ratio"]])
     bins = np.linspace(0, ratios.max() * 1.02, 60)
     left.hist(result.arrays["random_ratio"], bins=bins, density=True, alpha=0.6, color="C0", label="random pairs")
     left.hist(result.arrays["nn_ratio"], bins=bins, density=True, alpha=0.6, color="C1", label="nearest neighbours")
     left.axvline(2, color="0.3", lw=0.8, ls="--", label="c = 2r (balls touch)")
-    left.set_xlabel("distance between token embeddings c / position radius r")
+    left.set_xlabel("token distance c / position radius r")
     left.set_ylabel("density")
-    left.legend(loc="upper left")
     grid = np.linspace(0, 2, 401)
     for dim, colour in ((3, "C2"), (d, "C3")):
         right.plot(grid, overlap_fraction(dim, grid), color=colour, lw=1.4, label=f"d = {dim}")
@@ -437,9 +436,10 @@ def plot_embedding_overlap(result: Result, shape: ModelShape):
     right.set_yscale("log")
     right.set_ylim(1e-12, 1.5)
     right.set_xlabel("c / r")
-    right.set_ylabel("overlap (fraction of one ball, log scale)")
-    right.legend(loc="lower left")
-    fig.suptitle(f"{shape.name}: balls of radius ‖p‖ around token embeddings barely overlap in d = {d}")
+    right.set_ylabel("overlap (share of one ball, log scale)")
+    for ax in (left, right):
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
+    fig.suptitle(f"{shape.name}: position balls around token embeddings barely overlap (d = {d})")
     return fig
 
 

@@ -187,7 +187,7 @@ def plot_singular_values(result: Result, shape: ModelShape):
         ax.annotate(f"sinusoidal: numerically zero beyond i = {cut}", (cut, floor), xytext=(6, 12),
                     textcoords="offset points", fontsize=8, color="0.3")
     ax.set_xlabel("index i of the singular value")
-    ax.set_ylabel("σ_i / σ_1 (log scale)")
+    ax.set_ylabel(r"$\sigma_i / \sigma_1$ (log scale)")
     ax.set_title(f"{shape.name}: singular values of the position table (dotted: effective rank)")
     ax.legend(loc="upper right", fontsize=8)
     return fig
@@ -261,7 +261,7 @@ def plot_vectors(result: Result, shape: ModelShape, n_shown: int = 4):
     """The top right singular vectors over the embedding indices; the indices of each 90 % support in colour."""
     V, sizes = result.arrays["V"], result.arrays["sizes"]
     mass = result.numbers["mass_percent"].value / 100
-    fig, axes = plotting.subplots(n_shown, 1, figsize=(6.4, 1.5 * n_shown + 0.6), sharex=True)
+    fig, axes = plotting.subplots(n_shown, 1, figsize=(plotting.MAX_WIDTH, 1.5 * n_shown + 0.8), sharex=True)
     lim = float(np.abs(V[:, :n_shown]).max()) * 1.05
     for k, ax in enumerate(axes):
         v = V[:, k]
@@ -272,10 +272,10 @@ def plot_vectors(result: Result, shape: ModelShape, n_shown: int = 4):
         ax.axhline(0, color="0.3", lw=0.5)
         ax.set_ylim(-lim, lim)
         ax.set_ylabel(f"v{k + 1}")
-        ax.text(0.99, 0.92, f"{sizes[k]} indices hold {mass:.0%} of ‖v{k + 1}‖²", transform=ax.transAxes,
-                ha="right", va="top", fontsize=8, color="C3")
+        ax.set_title(f"{sizes[k]} indices hold {mass:.0%} of ‖v{k + 1}‖²", loc="right", fontsize=8, color="C3",
+                     pad=2)
     axes[-1].set_xlabel("embedding index")
-    axes[0].set_title(f"{shape.name}: top right singular vectors of P (red: the {mass:.0%} support)")
+    fig.suptitle(f"{shape.name}: top right singular vectors of P (red: the {mass:.0%} support)")
     return fig
 
 
@@ -290,7 +290,7 @@ def plot_overlap(result: Result, shape: ModelShape):
     ax.set_yticks(ticks, [f"v{i + 1}" for i in ticks], fontsize=8)
     for i in range(n):
         for j in range(n):
-            ax.text(j, i, f"{overlap[i, j]:.2f}", ha="center", va="center", fontsize=6,
+            ax.text(j, i, f"{overlap[i, j]:.2f}", ha="center", va="center", fontsize=8,
                     color="black" if overlap[i, j] > 0.5 else "white")
     plotting.colorbar(fig, image, ax, "Jaccard index of the supports")
     ax.set_title(f"{shape.name}: shared indices between supports")

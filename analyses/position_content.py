@@ -71,18 +71,7 @@ def random_capture_sd(k: int, D: int) -> float:
 
 def plain_log_ticks(axis) -> None:
     """Label a log axis (or colour bar axis) at 1, 2, 5 × powers of ten in plain numbers, not as 10^n."""
-    plotting.pyplot()
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    plain = FuncFormatter(lambda value, _: f"{value:g}")
-    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(plain)
-    low, high = sorted(axis.get_view_interval())
-    if low > 0 and high / low < 10:  # less than a decade: label the minor ticks as well
-        axis.set_minor_locator(LogLocator(subs=(0.6, 0.7, 0.8, 0.9, 1.5, 3.0, 4.0)))
-        axis.set_minor_formatter(plain)
-    else:
-        axis.set_minor_formatter(NullFormatter())
+    plotting.plain_log_ticks(axis)
 
 
 # ---------------------------------------------------------------------------
@@ -256,7 +245,7 @@ def plot_energy(result: Result, shape: ModelShape):
     curve, moments, D = a["curve"], a["moments"], int(a["D"])
     k = np.arange(1, curve.size + 1)
     panels = 2 if "agreement" in a else 1
-    fig, axes = plotting.subplots(1, panels, figsize=(5.2 * panels, 3.8), squeeze=False)
+    fig, axes = plotting.subplots(1, panels, figsize=(plotting.MAX_WIDTH if panels == 2 else 4.6, 4.0), squeeze=False)
     ax = axes[0, 0]
     ax.fill_between(k, a["sampled_lo"], a["sampled_hi"], color="0.85", lw=0,
                     label=f"random subspaces, central {result.numbers['band_coverage'].text} % "
@@ -270,8 +259,8 @@ def plot_energy(result: Result, shape: ModelShape):
     ax.set_yscale("log")
     ax.set_xlabel("k (E's top-k directions)")
     ax.set_ylabel(r"share of $\|P\|_F^2$ (log scale)")
-    ax.legend(loc="upper left", fontsize=8)
-    ax.set_title(f"{shape.name}: P against E's top subspaces (D = {D})")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18))
+    ax.set_title("P in E's top-k subspaces")
     if panels == 2:
         ax = axes[0, 1]
         ax.plot(np.arange(1, a["agreement"].size + 1), np.clip(1 - a["agreement"], 1e-12, None), color="C0")
@@ -280,16 +269,17 @@ def plot_energy(result: Result, shape: ModelShape):
                    label=f"k = {result.numbers['replicate_exact_k'].text}")
         ax.set_yscale("log")
         ax.set_xlabel("k")
-        ax.set_ylabel("1 − mean cos² between the runs' top-k")
-        ax.set_title("two independent PCA runs of the token embeddings")
-        ax.legend(loc="upper left", fontsize=8)
+        ax.set_ylabel("1 − mean cos² between\nthe runs' top-k subspaces")
+        ax.set_title("two independent PCA runs of E")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18))
+    fig.suptitle(f"{shape.name}: position against token subspaces (D = {D})")
     return fig
 
 
 def plot_spectra(result: Result, shape: ModelShape):
     """Both singular spectra, per row: σ_i/√rows is the root-mean-square coordinate of a row along direction i."""
     a = result.arrays
-    fig, ax = plotting.subplots(figsize=(6.0, 3.8))
+    fig, ax = plotting.subplots(figsize=(plotting.MAX_WIDTH, 3.8))
     for key, rows, label, colour in (("S_P", "rows_P", "position embeddings P (uncentred)", "C3"),
                                      ("S_E", "rows_E", "token embeddings E_c (row-centred)", "C0")):
         s = a[key] / np.sqrt(float(a[rows]))
@@ -297,10 +287,10 @@ def plot_spectra(result: Result, shape: ModelShape):
         ax.plot(np.arange(1, s.size + 1), s, color=colour, lw=1.4, label=f"{label}, {s.size} values")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("index i")
+    ax.set_xlabel("index i (log scale)")
     ax.set_ylabel(r"$\sigma_i / \sqrt{\mathrm{rows}}$ (RMS coordinate of a row)")
     ax.set_title(f"{shape.name}: singular spectra of P and E")
-    ax.legend(loc="lower left", fontsize=8)
+    ax.legend(loc="lower left")
     return fig
 
 
@@ -309,7 +299,7 @@ def plot_capture(result: Result, shape: ModelShape):
     a = result.arrays
     capture, D, k = a["capture"], int(a["D"]), int(a["capture_k"])
     j = np.arange(1, capture.size + 1)
-    fig, ax = plotting.subplots(figsize=(7.0, 3.6))
+    fig, ax = plotting.subplots(figsize=(plotting.MAX_WIDTH, 4.0))
     sd = float(a["capture_sd"])
     ax.axhspan(max(k / D - 2 * sd, 0), k / D + 2 * sd, color="0.88", lw=0, label="random subspace: mean ± 2 sd")
     ax.axhline(k / D, color="0.3", lw=0.8, ls="--")
@@ -327,7 +317,7 @@ def plot_capture(result: Result, shape: ModelShape):
     ax.set_xlabel("direction j of E (by singular value)")
     ax.set_ylabel(rf"$v_j^\top \Pi\, v_j$, $\Pi$ onto P's top {k} (symlog)")
     ax.set_title(f"{shape.name}: how much of each token direction P's top-{k} subspace holds")
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2)
     return fig
 
 
@@ -335,17 +325,18 @@ def plot_angles(result: Result, shape: ModelShape):
     """Principal angles between P's and E's top-k subspaces against the smallest angle to random subspaces."""
     a = result.arrays
     ks = [int(key[len("angles_k"):]) for key in a if key.startswith("angles_k")]
-    fig, axes = plotting.subplots(1, len(ks), figsize=(3.4 * len(ks), 3.4), sharey=True, squeeze=False)
+    fig, axes = plotting.subplots(1, len(ks), figsize=(plotting.MAX_WIDTH, 3.2), sharey=True, squeeze=False)
     for ax, k in zip(axes[0], ks):
         theta, index = a[f"angles_k{k}"], np.arange(1, k + 1)
         ax.fill_between(index, a[f"angles_lo_k{k}"], a[f"angles_hi_k{k}"], color="0.85", lw=0,
                         label=f"P against random k-subspaces, central {result.numbers['band_coverage'].text} %")
         ax.plot(index, theta, color="C3", lw=1.4, label="P against E")
         ax.set_title(f"k = {k}")
-        ax.set_xlabel("principal angle index")
+        ax.set_xlabel("angle index")
         ax.set_ylim(0, 90)
     axes[0, 0].set_ylabel("principal angle (degrees)")
-    axes[0, -1].legend(loc="lower right", fontsize=8)
+    axes[0, 0].set_yticks(range(0, 91, 15))
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside lower center", ncol=2)
     fig.suptitle(f"{shape.name}: principal angles between P's and E's top-k subspaces")
     return fig
 
@@ -460,7 +451,7 @@ def token_position_sum(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, 
 def plot_norms_and_sum(result: Result, shape: ModelShape):
     """Norm histograms; ‖t + p‖ against √(‖t‖² + ‖p‖²); ρ − 1 for the real pairs and for random directions."""
     a = result.arrays
-    fig, axes = plotting.subplots(1, 3, figsize=(12.0, 3.6))
+    fig, axes = plotting.subplots(1, 3, figsize=(plotting.MAX_WIDTH, 3.0))
     ax = axes[0]
     top = max(a["token_norms"].max(), a["position_norms"].max()) * 1.02
     bins = np.linspace(0, top, 80)
@@ -468,25 +459,26 @@ def plot_norms_and_sum(result: Result, shape: ModelShape):
     ax.hist(a["position_norms"], bins=bins, density=True, alpha=0.6, color="C3", label="positions ‖p‖")
     ax.set_xlabel("norm")
     ax.set_ylabel("density")
-    ax.legend(loc="upper right", fontsize=8)
     ax = axes[1]
     ax.plot(a["root"], a["sum_norm"], ".", ms=1.5, color="C0", alpha=0.5, rasterized=True)
     lim = [0, max(a["root"].max(), a["sum_norm"].max()) * 1.02]
-    ax.plot(lim, lim, color="0.3", lw=0.8, ls="--", label="‖t + p‖ = √(‖t‖² + ‖p‖²)")
+    ax.plot(lim, lim, color="0.3", lw=0.8, ls="--", label="diagonal: equal")
     ax.set_xlim(lim)
     ax.set_ylim(lim)
     ax.set_xlabel("√(‖t‖² + ‖p‖²)")
     ax.set_ylabel("‖t + p‖")
-    ax.legend(loc="upper left", fontsize=8)
     ax = axes[2]
     dev = np.concatenate([a["rho"], a["rho_random"]]) - 1
     edge = float(np.percentile(np.abs(dev), 99.9))
     bins = np.linspace(-edge, edge, 100)
-    ax.hist(a["rho_random"] - 1, bins=bins, density=True, alpha=0.6, color="0.5", label="p in a random direction")
+    ax.hist(a["rho_random"] - 1, bins=bins, density=True, alpha=0.6, color="0.5", label="p in a random\ndirection")
     ax.hist(a["rho"] - 1, bins=bins, density=True, alpha=0.6, color="C0", label="real pairs")
-    ax.set_xlabel("ρ − 1 = ‖t + p‖ / √(‖t‖² + ‖p‖²) − 1")
+    ax.set_xlabel("ρ − 1, with ρ = ‖t + p‖\nover √(‖t‖² + ‖p‖²)")
+    ax.xaxis.set_major_locator(plotting.pyplot().MaxNLocator(4))
     ax.set_ylabel("density")
-    ax.legend(loc="upper left", fontsize=8)
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.35)  # headroom for the legend
+    for ax, where in zip(axes, ("upper right", "upper left", "upper left")):
+        ax.legend(loc=where)
     fig.suptitle(f"{shape.name}: token and position norms, and the norm of their sum")
     return fig
 
@@ -593,20 +585,21 @@ def plot_reading(result: Result, shape: ModelShape):
 
     top = float(np.ceil(np.abs(np.log10(ratios)).max() * 10) / 10)
     norm = LogNorm(vmin=10**-top, vmax=10**top)
-    fig, axes = plotting.subplots(1, 2, figsize=(10.5, 0.32 * ratios.shape[0] + 2.6), sharey=True)
+    fig, axes = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, 0.25 * ratios.shape[0] + 2.4), sharey=True)
+    labels = [variant_label(*v).replace(f"W_{v[0]}", f"$W_{v[0]}$") for v in READ_VARIANTS]
     for s, (ax, name) in enumerate(zip(axes, ("P (position)", "E (tokens)"))):
         image = ax.imshow(ratios[:, :, s], cmap=plotting.DIVERGING, norm=norm, aspect="auto", interpolation="nearest")
         for (layer, c), value in np.ndenumerate(ratios[:, :, s]):
-            ax.text(c, layer, f"{value:.2f}", ha="center", va="center", fontsize=6.5,
+            ax.text(c, layer, f"{value:.2f}", ha="center", va="center", fontsize=7,
                     color="white" if abs(np.log10(value)) > 0.6 * top else "black")
-        ax.set_xticks(range(len(READ_VARIANTS)), [variant_label(*v) for v in READ_VARIANTS], rotation=50, ha="right",
-                      fontsize=8)
+        ax.set_xticks(range(len(READ_VARIANTS)), labels, rotation=90)
         ax.set_title(f"top-{primary} subspace of {name}")
     axes[0].set_ylabel("layer")
     axes[0].set_yticks(range(ratios.shape[0]))
-    bar = plotting.colorbar(fig, image, list(axes), "enrichment a / (k/D) (log scale, 1 = chance)")
+    bar = fig.colorbar(image, ax=list(axes), fraction=0.04, pad=0.02)
+    bar.set_label("enrichment a / (k/D)\n(log scale, 1 = chance)")
     plain_log_ticks(bar.ax.yaxis)
-    fig.suptitle(f"{shape.name}: what each attention matrix reads (W_O: writes), position against tokens")
+    fig.suptitle(f"{shape.name}: what each attention matrix reads ($W_O$: writes), position against tokens")
     return fig
 
 
@@ -691,7 +684,7 @@ def plot_mlp_reading(result: Result, shape: ModelShape):
     """Layer 0's gain-folded W_in against k; every layer's enrichment at the primary k."""
     a = result.arrays
     k = np.arange(1, a["curve_P"].size + 1)
-    fig, (left, right) = plotting.subplots(1, 2, figsize=(10.5, 3.8))
+    fig, (left, right) = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, 3.9))
     left.fill_between(k, np.clip(1 - a["band"], 1e-3, None), 1 + a["band"], color="0.85", lw=0,
                       label="random subspaces: 1 ± 2 sd")
     left.axhline(1, color="0.3", lw=0.8, ls="--")
@@ -699,25 +692,25 @@ def plot_mlp_reading(result: Result, shape: ModelShape):
     left.plot(k, a["curve_P"], color="C3", lw=1.5, label="P's top-k (position)")
     left.set_xscale("log")
     left.set_yscale("log")
-    left.set_xlabel("k")
+    left.set_xlabel("k (log scale)")
     left.set_ylabel("enrichment a / (k/D) (log scale)")
     plain_log_ticks(left.yaxis)
-    left.set_title("layer 0, diag(γ) W_in")
-    left.legend(loc="best", fontsize=8)
+    left.set_title(r"layer 0, diag(γ)$W_{in}$")
     stats, ks, primary = a["stats"], list(a["ks"]), int(a["primary"])
     layers = np.arange(stats.shape[0])
     i = ks.index(primary)
     for s, (name, colour) in enumerate((("P", "C3"), ("E", "C0"))):
-        right.plot(layers, stats[:, 1, s, i, 1], "o-", color=colour, label=f"{name}, diag(γ) W_in")
-        right.plot(layers, stats[:, 0, s, i, 1], "x:", color=colour, label=f"{name}, raw W_in")
+        right.plot(layers, stats[:, 1, s, i, 1], "o-", color=colour, label=rf"{name}, diag(γ)$W_{{in}}$")
+        right.plot(layers, stats[:, 0, s, i, 1], "x:", color=colour, label=rf"{name}, raw $W_{{in}}$")
     right.axhline(1, color="0.3", lw=0.8, ls="--")
     right.set_yscale("log")
     plain_log_ticks(right.yaxis)
     right.set_xticks(layers)
     right.set_xlabel("layer")
-    right.set_ylabel(f"enrichment at k = {primary}")
+    right.set_ylabel(f"enrichment at k = {primary} (log scale)")
     right.set_title("every layer's MLP input")
-    right.legend(loc="best", fontsize=8)
+    left.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2))
+    right.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     fig.suptitle(f"{shape.name}: what the MLP input weights read, position against tokens")
     return fig
 

@@ -89,7 +89,7 @@ def position_matrix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, cli
 def plot_heatmap(result: Result, shape: ModelShape):
     """P as positions × dimensions, diverging colours centred on 0 and clipped symmetrically."""
     P, clip = result.arrays["P"], float(result.arrays["clip"])
-    fig, ax = plotting.subplots(figsize=(6.4, 4.6))
+    fig, ax = plotting.subplots(figsize=(plotting.MAX_WIDTH, 4.6))
     image = ax.imshow(P, aspect="auto", cmap=plotting.DIVERGING, vmin=-clip, vmax=clip, interpolation="nearest")
     ax.set_xlabel("embedding dimension")
     ax.set_ylabel("position")
@@ -102,14 +102,15 @@ def plot_heatmap(result: Result, shape: ModelShape):
 def plot_norms(result: Result, shape: ModelShape):
     """Row norm against position, on a log scale so that both extremes and the bulk are visible."""
     norms = result.arrays["norms"]
-    fig, ax = plotting.subplots()
+    fig, ax = plotting.subplots(figsize=(plotting.MAX_WIDTH, 3.6))
     ax.plot(np.arange(len(norms)), norms, lw=1, color="C0")
     ax.axhline(float(np.median(norms)), color="0.5", lw=0.8, ls="--", label="median")
     extremes = [result.numbers[key].value for key in ("norm_max_position", "norm_min_position")]
     plotting.mark_positions(ax, extremes, norms, len(norms))
     ax.set_yscale("log")
+    plotting.plain_log_ticks(ax.yaxis)
     ax.set_xlabel("position")
-    ax.set_ylabel("row norm ‖p_n‖ (log scale)")
+    ax.set_ylabel(r"row norm $\Vert p_n\Vert$ (log scale)")
     ax.set_title(f"{shape.name}: norm of each position embedding")
     ax.legend(loc="upper center")
     return fig
@@ -207,21 +208,21 @@ def plot_last_row(result: Result, shape: ModelShape):
 
     x, sd, init = result.arrays["x"], float(result.arrays["sd"]), float(result.arrays["init_std"])
     position = result.numbers["position"].text
-    fig, (left, right) = plotting.subplots(1, 2, figsize=(9.2, 3.6))
+    fig, (left, right) = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, 3.6))
     grid = np.linspace(-4 * init, 4 * init, 401)
-    left.hist(x, bins=40, density=True, color="C0", alpha=0.6, label=f"entries of p_{position}")
+    left.hist(x, bins=40, density=True, color="C0", alpha=0.6, label=f"entries of $p_{{{position}}}$")
     left.plot(grid, stats.norm.pdf(grid, x.mean(), sd), color="C0", lw=1.4, label=f"Gaussian, sd {sd:.4f}")
     left.plot(grid, stats.norm.pdf(grid, 0, init), color="C3", lw=1.2, ls="--",
-              label=f"initialisation in the released code, sd {init:g}")
+              label=f"initialisation (released code), sd {init:g}")
     left.set_xlabel("value")
     left.set_ylabel("density")
-    left.legend(fontsize=7, loc="upper right")
     (osm, osr), (slope, intercept, _) = stats.probplot(x, dist="norm")
     right.plot(osm, osr, ".", ms=2, color="C0")
     right.plot(osm, slope * osm + intercept, color="0.3", lw=1)
     right.set_xlabel("standard normal quantile")
     right.set_ylabel("ordered entry")
     right.set_title(f"normal Q–Q plot (Shapiro–Wilk p = {result.numbers['shapiro_p'].text})", fontsize=9)
+    fig.legend(*left.get_legend_handles_labels(), loc="outside lower center", ncol=3)
     fig.suptitle(f"{shape.name}: the {shape.d_model} entries of the last position embedding (position {position})")
     return fig
 

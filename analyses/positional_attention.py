@@ -206,11 +206,23 @@ def positional_attention(tensors: Mapping[str, np.ndarray], shape: ModelShape, *
                    "masses": np.array([[r[5], r[6], r[7]] for r in rows])})
 
 
-def _head_grid(n_heads: int, width: float = 10.0):
+SHORT_CLASS = {"current-token": "current", "previous-token": "previous", "first-position": "first",
+               "local window": "local", "diffuse": "diffuse"}
+"""Head classes in a word, for figure labels."""
+
+
+def _head_grid(n_heads: int, width: float = plotting.MAX_WIDTH, panel_height: float = 1.25):
+    """One panel per head, four to a row (six where the count is not a multiple of four), labels on the outer
+    panels only; `panel_height` in inches per row, titles included."""
     cols = 4 if n_heads % 4 == 0 else 6
     rows = -(-n_heads // cols)
-    fig, axes = plotting.subplots(rows, cols, figsize=(width, width / cols * rows * 1.05), sharex=True, sharey=True)
+    fig, axes = plotting.subplots(rows, cols, figsize=(width, panel_height * rows + 0.7), sharex=True, sharey=True)
     return fig, np.atleast_1d(axes).ravel()
+
+
+def _head_title(head: int, classes: str) -> str:
+    """'head h' over its classes in short words (e.g. 'current + previous'), on two lines."""
+    return f"head {head}\n" + " + ".join(SHORT_CLASS.get(c, c) for c in classes.split(" + "))
 
 
 def _log_norm(vmin: float):
@@ -224,18 +236,17 @@ def plot_patterns(result: Result, shape: ModelShape):
     """Every head's full pattern on the position rows alone, max-pooled, on a log colour scale."""
     pooled, classes = result.arrays["pooled"], result.arrays["classes"]
     pool = result.numbers["pool"].value
-    fig, axes = _head_grid(len(pooled))
+    fig, axes = _head_grid(len(pooled), panel_height=1.8)
     norm = _log_norm(1e-4)
     extent = (0, pooled.shape[-1] * pool, pooled.shape[-1] * pool, 0)
     for head, ax in enumerate(axes):
         image = ax.imshow(np.clip(pooled[head], 1e-4, 1), cmap=plotting.SEQUENTIAL, norm=norm, extent=extent,
                           interpolation="nearest", rasterized=True)
-        ax.set_title(f"head {head}: {classes[head]}", fontsize=8)
-    for ax in axes[-4:]:
-        ax.set_xlabel("key position j")
-    for ax in axes[::4]:
-        ax.set_ylabel("query position i")
-    plotting.colorbar(fig, image, list(axes), f"attention (max over {pool}×{pool} tiles, log)")
+        ax.set_title(_head_title(head, classes[head]), fontsize=8)
+    fig.supxlabel("key position j", fontsize=9)
+    fig.supylabel("query position i", fontsize=9)
+    bar = fig.colorbar(image, ax=list(axes), fraction=0.03, pad=0.02)
+    bar.set_label(f"attention (max over {pool}×{pool} tiles, log scale)")
     fig.suptitle(f"{shape.name}, layer 0: attention of the position rows alone (no tokens)")
     return fig
 
@@ -243,16 +254,15 @@ def plot_patterns(result: Result, shape: ModelShape):
 def plot_zoom(result: Result, shape: ModelShape):
     """The first positions of every head's pattern, linear colour scale."""
     zooms, classes = result.arrays["zooms"], result.arrays["classes"]
-    fig, axes = _head_grid(len(zooms))
+    fig, axes = _head_grid(len(zooms), panel_height=1.8)
     for head, ax in enumerate(axes):
         image = ax.imshow(zooms[head], cmap=plotting.SEQUENTIAL, vmin=0, vmax=1, interpolation="nearest",
                           rasterized=True)
-        ax.set_title(f"head {head}: {classes[head]}", fontsize=8)
-    for ax in axes[-4:]:
-        ax.set_xlabel("key position j")
-    for ax in axes[::4]:
-        ax.set_ylabel("query position i")
-    plotting.colorbar(fig, image, list(axes), "attention weight")
+        ax.set_title(_head_title(head, classes[head]), fontsize=8)
+    fig.supxlabel("key position j", fontsize=9)
+    fig.supylabel("query position i", fontsize=9)
+    bar = fig.colorbar(image, ax=list(axes), fraction=0.03, pad=0.02)
+    bar.set_label("attention weight")
     fig.suptitle(f"{shape.name}, layer 0: first {zooms.shape[-1]} positions, position rows alone")
     return fig
 
@@ -261,18 +271,17 @@ def plot_masses(result: Result, shape: ModelShape):
     """Mean attention of each head on the query itself, the previous position and position 0, with the threshold."""
     masses, classes = result.arrays["masses"], result.arrays["classes"]
     threshold = result.numbers["key_mass"].value
-    fig, ax = plotting.subplots(figsize=(7.6, 3.4))
+    fig, ax = plotting.subplots(figsize=(plotting.MAX_WIDTH, 3.6))
     heads = np.arange(len(masses))
     for j, (label, color) in enumerate((("key i (self)", "C0"), ("key i − 1 (previous)", "C1"), ("key 0 (first)", "C2"))):
         ax.bar(heads + (j - 1) * 0.27, masses[:, j], 0.27, color=color, label=label)
     ax.axhline(threshold, color="0.3", lw=0.9, ls="--", label=f"threshold {result.numbers['key_mass'].text}")
-    short = {"current-token": "current", "previous-token": "previous", "first-position": "first",
-             "local window": "local", "diffuse": "diffuse"}
-    labels = [f"{h}: " + " + ".join(short[c] for c in label.split(" + ")) for h, label in zip(heads, classes)]
-    ax.set_xticks(heads, labels, fontsize=7, rotation=35, ha="right")
+    labels = [f"{h}: " + " + ".join(SHORT_CLASS[c] for c in label.split(" + ")) for h, label in zip(heads, classes)]
+    ax.set_xticks(heads, labels, rotation=35, ha="right", rotation_mode="anchor")
+    ax.set_xlabel("head: class")
     ax.set_ylabel("mean attention on the key")
     ax.set_ylim(0, 1)
-    ax.legend(fontsize=7, loc="upper right")
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=4)
     ax.set_title(f"{shape.name}, layer 0: attention on three keys, per head (position rows alone)")
     return fig
 
@@ -280,11 +289,11 @@ def plot_masses(result: Result, shape: ModelShape):
 def plot_profiles(result: Result, shape: ModelShape):
     """Mean attention against offset i − j for every head (log colour)."""
     profiles, offsets, classes = result.arrays["profiles"], result.arrays["offsets"], result.arrays["classes"]
-    fig, ax = plotting.subplots(figsize=(7.0, 3.6))
+    fig, ax = plotting.subplots(figsize=(plotting.MAX_WIDTH, 3.6))
     image = ax.imshow(np.clip(profiles, 1e-5, 1), aspect="auto", cmap=plotting.SEQUENTIAL, norm=_log_norm(1e-5),
                       extent=(offsets[0] - 0.5, offsets[-1] + 0.5, len(profiles) - 0.5, -0.5),
                       interpolation="nearest")
-    ax.set_yticks(range(len(profiles)), [f"{h}: {c}" for h, c in enumerate(classes)], fontsize=8)
+    ax.set_yticks(range(len(profiles)), [f"{h}: {c}" for h, c in enumerate(classes)])
     ax.set_xlabel("offset i − j (tokens back from the query)")
     ax.set_ylabel("head: class")
     plotting.colorbar(fig, image, ax, "mean attention on key i − offset (log)")
@@ -418,40 +427,45 @@ def positional_qk(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_com
 
 
 def plot_forms(result: Result, shape: ModelShape):
-    """The k × k QK form of every head, each on its own symmetric colour scale, values written in."""
+    """The k × k QK form of every head, each on its own symmetric colour scale, values written in (in units of a
+    power of ten per head, named in the panel's title, so that every value fits its cell)."""
     forms = result.arrays["forms"]
-    fig, axes = _head_grid(len(forms), width=8.0)
+    fig, axes = _head_grid(len(forms), panel_height=1.75)
     k = forms.shape[-1]
     for head, ax in enumerate(axes):
         M = forms[head]
         top = float(np.abs(M).max())
+        exponent = int(np.floor(np.log10(top))) if top > 0 else 0
         ax.imshow(M, cmap=plotting.DIVERGING, vmin=-top, vmax=top, interpolation="nearest")
         for (r, c), value in np.ndenumerate(M):
-            ax.text(c, r, f"{value:.2g}", ha="center", va="center", fontsize=6.5,
+            shown = value / 10.0**exponent
+            text = f"{shown:.1f}" if abs(shown) >= 0.995 else f"{shown:.2f}"
+            ax.text(c, r, "0.00" if text == "-0.00" else text, ha="center", va="center", fontsize=8,
                     color="white" if abs(value) > 0.6 * top else "black")
-        ax.set_title(f"head {head}", fontsize=8)
-        ax.set_xticks(range(k), [f"PC{j + 1}" for j in range(k)], fontsize=7)
-        ax.set_yticks(range(k), [f"PC{j + 1}" for j in range(k)], fontsize=7)
-    fig.suptitle(f"{shape.name}, layer 0: QK form M on P's top {k} directions (rows: query, columns: key)")
+        ax.set_title(f"head {head} (×10$^{{{exponent}}}$)", fontsize=8)
+        ax.set_xticks(range(k), [f"PC{j + 1}" for j in range(k)])
+        ax.set_yticks(range(k), [f"PC{j + 1}" for j in range(k)])
+    fig.supxlabel("key direction", fontsize=9)
+    fig.supylabel("query direction", fontsize=9)
+    fig.suptitle(f"{shape.name}, layer 0: QK form M on P's top {k} directions, each head on its own scale")
     return fig
 
 
 def plot_score_profiles(result: Result, shape: ModelShape):
     """Mean row-centred score against offset: full positional scores against the top-k restriction."""
     full, restricted, offsets = result.arrays["full"], result.arrays["restricted"], result.arrays["offsets"]
-    fig, axes = _head_grid(len(full))
+    fig, axes = _head_grid(len(full), panel_height=1.5)
     for head, ax in enumerate(axes):
         ax.plot(offsets, full[head], lw=1, color="C0", label="all directions")
-        ax.plot(offsets, restricted[head], lw=1, color="C3", ls="--", label="top-k form")
+        ax.plot(offsets, restricted[head], lw=1, color="C3", ls="--",
+                label=f"top-{result.numbers['n_components'].text} form")
         ax.axhline(0, color="0.6", lw=0.5)
         ax.set_title(f"head {head}", fontsize=8)
-    for ax in axes[-4:]:
-        ax.set_xlabel("offset i − j")
-    for ax in axes[::4]:
-        ax.set_ylabel("score − row mean")
-    axes[0].legend(fontsize=7, loc="upper right")
-    fig.suptitle(f"{shape.name}, layer 0: positional score against offset, full and restricted to P's top "
-                 f"{result.numbers['n_components'].text} directions")
+    fig.supxlabel("offset i − j", fontsize=9)
+    fig.supylabel("score − row mean", fontsize=9)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=2)
+    fig.suptitle(f"{shape.name}, layer 0: positional score against offset, all directions and P's top "
+                 f"{result.numbers['n_components'].text}")
     return fig
 
 

@@ -282,7 +282,7 @@ COLORS = {"entries": "0.45", "columns": "C1", "phases_independent": "C2", "phase
 
 def plot_bands(result: Result, shape: ModelShape):
     """Observed density of off-diagonal cosines against each null's median and 0.5–99.5 % band, per kind."""
-    fig, axes = plotting.subplots(1, 2, figsize=(9.6, 3.9))
+    fig, axes = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, 3.6), sharey=True)
     for ax, kind in zip(axes, KINDS):
         observed = result.arrays["observed_hists"][kind]
         bins = len(observed)
@@ -299,13 +299,12 @@ def plot_bands(result: Result, shape: ModelShape):
             ax.stairs(median, edges, color=COLORS[null], lw=1, label=f"null: {NULL_LABELS[null]}")
         ax.stairs(observed / (observed.sum() * width), edges, color="C0", lw=1.6, label="observed")
         ax.set_xlim(-1, 1)
-        ax.set_xlabel("cosine similarity (off-diagonal, each pair once)")
-        ax.set_ylabel("density")
+        ax.set_xlabel("cosine (each pair once)")
         ax.set_title(f"between {kind}")
-    axes[0].legend(loc="upper left", fontsize=7)
+    axes[0].set_ylabel("density")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=3)
     n = result.numbers["n_draws"].text
-    fig.suptitle(f"{shape.name}: observed cosines against {n} draws of each null (0.5–99.5 % band); "
-                 "between dimensions the shared-phase null equals the observation")
+    fig.suptitle(f"{shape.name}: observed cosines against {n} draws of each null (0.5–99.5 % band)")
     return fig
 
 
@@ -313,7 +312,7 @@ def plot_effects(result: Result, shape: ModelShape):
     """|effect size| of every statistic under every null, log scale: how far each null falls short."""
     rows = result.tables["null_tests"].rows
     keys = [(r[1], r[2]) for r in rows if r[0] == NULL_LABELS["entries"]]
-    fig, ax = plotting.subplots(figsize=(9.0, 3.9))
+    fig, ax = plotting.subplots(figsize=(plotting.MAX_WIDTH, 4.2))
     width = 0.8 / len(NULLS)
     for i, null in enumerate(NULLS):
         values = []
@@ -330,10 +329,10 @@ def plot_effects(result: Result, shape: ModelShape):
     short = {"std of cos": "std", "largest abs(cos)": "max |cos|"}
     names = [("P: top-k variance" if k.startswith("P itself") else
               f"{k}: " + short.get(s, s.replace("fraction with abs(cos) > ", "frac |cos| > "))) for k, s in keys]
-    ax.set_xticks(range(len(keys)), names, fontsize=7, rotation=25, ha="right")
-    ax.set_ylabel("|effect size| (null standard deviations, log)")
-    ax.legend(fontsize=7, loc="upper right", ncols=2)
-    ax.set_title(f"{shape.name}: distance of each observed statistic from each null (dashed: 3)")
+    ax.set_xticks(range(len(keys)), names, rotation=30, ha="right")
+    ax.set_ylabel("|effect size|\n(null standard deviations, log)")
+    fig.legend(loc="outside upper center", ncols=2)
+    ax.set_title(f"{shape.name}: distance of each statistic from each null (dashed: 3)")
     return fig
 
 

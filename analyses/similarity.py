@@ -308,12 +308,12 @@ def _dimension_panels(result: Result, shape: ModelShape, groups, title: str):
     dims = [(kind, int(i)) for kind, group in groups for i in group]
     ncols = 3
     nrows = -(-len(dims) // ncols)
-    fig, axes = plotting.subplots(nrows, ncols, figsize=(9.6, 2.2 * nrows),
+    fig, axes = plotting.subplots(nrows, ncols, figsize=(plotting.MAX_WIDTH, 1.9 * nrows + 0.5),
                                   sharex=True, squeeze=False)
     positions = np.arange(1, P.shape[0])
     for ax, (kind, i) in zip(axes.flat, dims):
         ax.plot(positions, P[1:, i], lw=0.7, color="C0" if kind != "noisiest" else "C1")
-        ax.set_title(f"{kind}: dimension {i} (r₁ = {r1[i]:.3f})", fontsize=9)
+        ax.set_title(f"{kind} {i}: r₁ = {r1[i]:.3f}", fontsize=8)
     for ax in axes[-1]:
         ax.set_xlabel("position")
     for ax in axes[:, 0]:

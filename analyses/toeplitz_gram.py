@@ -201,7 +201,7 @@ def plot_gram(result: Result, shape: ModelShape):
 
 def plot_kernels(result: Result, shape: ModelShape):
     """Offset kernels t_k / t_0 (left) and the top two principal components over positions (right)."""
-    fig, (left, right) = plotting.subplots(1, 2, figsize=(9.6, 3.6))
+    fig, (left, right) = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, 4.0))
     k = np.arange(len(result.arrays["kernel"]))
     for key, label, style in (("kernel", shape.name, dict(color="C0", lw=1.5)),
                               ("walk_kernel", "a random walk", dict(color="0.4", lw=1.2, ls="--")),
@@ -209,9 +209,9 @@ def plot_kernels(result: Result, shape: ModelShape):
         left.plot(k, result.arrays[key], label=label, **style)
     left.axhline(0, color="0.6", lw=0.6)
     left.set_xlabel("offset k (positions)")
-    left.set_ylabel("mean of G along diagonal k / diagonal 0")
+    left.set_ylabel("mean of G on diagonal k\n/ mean on diagonal 0")
     left.set_title("offset kernel of the Toeplitz part", fontsize=9)
-    left.legend(fontsize=7)
+    left.legend()
     n = np.arange(len(k))
     for j, color in ((0, "C0"), (1, "C1")):
         right.plot(n, result.arrays["vectors"][:, j], color=color, lw=1.3, label=f"{shape.name}: PC{j + 1}")
@@ -219,8 +219,8 @@ def plot_kernels(result: Result, shape: ModelShape):
                    label=f"random walk: PC{j + 1}")
     right.set_xlabel("position")
     right.set_ylabel("eigenvector entry")
-    right.set_title("top two principal components over positions", fontsize=9)
-    right.legend(fontsize=7, ncols=2, loc="lower left")
+    right.set_title("top two principal components", fontsize=9)
+    fig.legend(*right.get_legend_handles_labels(), ncols=2, loc="outside lower right")
     fig.suptitle(f"{shape.name}: an oscillating offset kernel gives a cosine–sine pair; a random walk's does not")
     return fig
 

@@ -18,15 +18,22 @@ POSITION = "plasma"
 FORMATS = ("svg", "pdf")
 
 STYLE = {
-    "figure.figsize": (6.4, 4.0),
+    "figure.figsize": (6.5, 4.0),
     "figure.dpi": 100,
     # Every figure lays itself out (constrained layout) inside its own size: the PDF and the page get the
     # size drawn, and saving does not draw the figure twice to find a tight bounding box.
     "figure.constrained_layout.use": True,
     "savefig.dpi": 150,
-    "font.size": 10,
-    "axes.titlesize": 10,
-    "axes.labelsize": 10,
+    # Sizes for a figure drawn at the text width (MAX_WIDTH): titles and labels at 9 pt, ticks and legends at
+    # 8 pt (MIN_FONT), the figure title at 10 pt.
+    "font.size": 9,
+    "axes.titlesize": 9,
+    "axes.labelsize": 9,
+    "xtick.labelsize": 8,
+    "ytick.labelsize": 8,
+    "legend.fontsize": 8,
+    "legend.title_fontsize": 8,
+    "figure.titlesize": 10,
     "axes.spines.top": False,
     "axes.spines.right": False,
     "axes.grid": False,
@@ -67,8 +74,25 @@ def mark_positions(ax, positions, values, n_positions: int) -> None:
     """Mark and label points of a curve over positions, labels placed away from the nearer edge."""
     for i in positions:
         ax.plot([i], [values[i]], "o", color="C3", ms=4)
-        ax.annotate(f"position {i}", (i, values[i]), textcoords="offset points", xytext=(6, 0), fontsize=8,
-                    ha="left" if i < n_positions / 2 else "right", va="center")
+        left = i < n_positions / 2
+        ax.annotate(f"position {i}", (i, values[i]), textcoords="offset points", xytext=(6 if left else -6, 0),
+                    fontsize=8, ha="left" if left else "right", va="center")
+
+
+def plain_log_ticks(axis) -> None:
+    """Label a log axis (or colour bar axis) at 1, 2, 5 × powers of ten in plain numbers, not as 10^n."""
+    pyplot()
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(plain)
+    low, high = sorted(axis.get_view_interval())
+    if low > 0 and high / low < 10:  # less than a decade: label the minor ticks as well
+        axis.set_minor_locator(LogLocator(subs=(0.6, 0.7, 0.8, 0.9, 1.5, 3.0, 4.0)))
+        axis.set_minor_formatter(plain)
+    else:
+        axis.set_minor_formatter(NullFormatter())
 
 
 MAX_WIDTH = 6.5
