@@ -338,3 +338,19 @@ def test_a_checkpoint_without_tokenizer_files_cannot_tokenize(tiny_checkpoint):
     assert src.missing(("tokenizer", "W_pos")) == ["tokenizer"]
     with pytest.raises(KeyError):
         src.tensors.tokenize("hello")
+
+
+def test_preload_reads_what_is_named_and_skips_what_is_absent(tiny_checkpoint):
+    src = local_source("tiny-gpt2", tiny_checkpoint)
+    src.preload(("W_pos", "blocks.*.attn.W_Q", "W_E", "tokenizer"))  # W_E and the tokenizer are absent: no error
+    # W_pos and each layer's fused attention weight (W_Q's slice of it), nothing else
+    assert sorted(src.tensors._loaded) == ["h.0.attn.c_attn.weight", "h.1.attn.c_attn.weight", "wpe.weight"]
+
+
+def test_preload_of_the_tokenizer_makes_it_ready(gpt2_weights):
+    from analyses.engine.sources import local_source as source
+
+    src = source("gpt2", gpt2_weights)
+    assert "_tokenizer" not in vars(src.tensors)
+    src.preload(("tokenizer",))
+    assert "_tokenizer" in vars(src.tensors)

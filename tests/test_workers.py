@@ -76,11 +76,23 @@ def test_the_longest_job_of_the_last_run_starts_first(tmp_path, tiny_checkpoint,
     order = []
     real = workers.run_all
 
-    def spy(tasks, jobs_count, on_done):
+    def spy(tasks, jobs_count, on_done, prelude=None):
         tasks = list(tasks)
         order.extend(label for label, _ in tasks)
-        return real(tasks, jobs_count, on_done)
+        return real(tasks, jobs_count, on_done, prelude)
 
     monkeypatch.setattr(workers, "run_all", spy)
     run(jobs, cache, progress=False)
     assert order == ["tiny_gpt2/checkpoint_inventory", "tiny_gpt2/position_matrix"]
+
+
+def test_the_prelude_runs_beside_the_first_child_and_later_children_inherit_it():
+    state = {}
+
+    def prelude():
+        state["loaded_by"] = os.getpid()
+
+    out = {}
+    workers.run_all([("first", lambda: state.get("loaded_by")), ("second", lambda: state.get("loaded_by"))], 1,
+                    lambda label, value, measure: out.__setitem__(label, value), prelude=prelude)
+    assert out == {"first": None, "second": os.getpid()}

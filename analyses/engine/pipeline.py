@@ -218,7 +218,7 @@ def run(jobs: list[Job], cache: Cache, force: bool = False, prune: bool = False,
             bar.update()
 
         workers.run_all(((job.label, partial(execute, job, cache, inputs[job.label])) for job in todo),
-                        workers_count or workers.cores(), done)
+                        workers_count or workers.cores(), done, prelude=partial(_preload, todo[1:]))
         bar.close()
         report.done = [(job, outcomes.get(job.label, "fresh")) for job in jobs]
         for scope, name in stray:
@@ -241,6 +241,17 @@ def _prepare() -> None:
     from analyses.toolkit.plotting import pyplot
 
     pyplot()
+
+
+def _preload(jobs: list[Job]) -> None:
+    """Load, once in this process, what the jobs still to be forked read (tensors, token subspaces,
+    tokenizers): each child then shares it instead of loading or computing its own copy."""
+    needs: dict[int, tuple[WeightSource, set[str]]] = {}
+    for job in jobs:
+        if job.source is not None and not job.unavailable and not job.source.missing(job.needs):
+            needs.setdefault(id(job.source), (job.source, set()))[1].update(job.needs)
+    for source, names in needs.values():
+        source.preload(tuple(sorted(names)))
 
 
 @dataclass

@@ -453,6 +453,17 @@ class WeightSource:
         tokenizer = [n for n in needed if n == TOKENIZER and not self.tokenizer_files()]
         return tokenizer + self.tensors.missing(tuple(n for n in needed if n != TOKENIZER))
 
+    def preload(self, needed: tuple[str, ...]) -> None:
+        """Read (or compute) now everything `needed` names that this source has: tensors, the token subspace,
+        the tokenizer. Processes forked afterwards share these copies instead of each making its own."""
+        if TOKENIZER in needed and self.tokenizer_files():
+            self.tensors.tokenize("")
+        tensors = self.tensors
+        for pattern in needed:
+            for name in expand(pattern, self.shape.n_layers):
+                if name in tensors:
+                    tensors[name]
+
     @cached_property
     def fingerprint(self) -> dict[str, str]:
         """sha256 of the weight and config files, checked against a SHA256SUMS file when one is present."""

@@ -50,19 +50,27 @@ def cores() -> int:
 
 
 def run_all(tasks: Iterable[tuple[str, Callable[[], object]]], jobs: int,
-            on_done: Callable[[str, object, Measure], None]) -> None:
+            on_done: Callable[[str, object, Measure], None], prelude: Callable[[], None] | None = None) -> None:
     """Run each (label, task) in its own forked child, at most `jobs` at once, in the given order;
-    `on_done(label, value, measure)` is called in the parent as each one finishes."""
+    `on_done(label, value, measure)` is called in the parent as each one finishes.
+
+    `prelude`, if given, runs in the parent once the first child has started (beside it, on another core):
+    whatever it loads is inherited by every later child."""
     queue = list(tasks)
     running: dict[int, tuple[str, int, float]] = {}  # pid -> (label, read end of its pipe, start)
     # The limit is set once, here, and every child inherits it with the library's state at fork: no child
     # spends its own CPU time finding the BLAS libraries.
     with single_blas_thread():
-        _schedule(queue, running, jobs, on_done)
+        _schedule(queue, running, jobs, on_done, prelude)
 
 
-def _schedule(queue, running, jobs, on_done) -> None:
+def _schedule(queue, running, jobs, on_done, prelude) -> None:
     try:
+        if queue and prelude is not None:
+            label, task = queue.pop(0)
+            pid, fd = _start(task)
+            running[pid] = (label, fd, time.perf_counter())
+            prelude()
         while queue or running:
             while queue and len(running) < max(1, jobs):
                 label, task = queue.pop(0)
