@@ -35,7 +35,7 @@ from analyses.toolkit import random_matrices as rm
 from analyses.toolkit.linalg import effective_rank, gram_singular_values, top_right_singular_vectors
 from analyses.toolkit.subspaces import energy_fraction
 from analyses.engine.registry import register
-from analyses.engine.results import Number, Result, Table
+from analyses.engine.results import Number, Result, Table, Text, spoken_list
 from analyses.engine.sources import ModelShape
 
 MATRICES = ("Q", "K", "V", "O")
@@ -485,6 +485,65 @@ def plot_overlaps(result: Result, shape: ModelShape):
     bar.set_label("squared overlap (square-root scale)")
     fig.suptitle(f"{shape.name}, layer 0: leading singular vectors against P's top directions")
     return fig
+
+
+# ---------------------------------------------------------------------------
+# Symmetry of each head's query-key map
+
+
+def qk_antisymmetry(W_Q: np.ndarray, W_K: np.ndarray) -> np.ndarray:
+    """a = ‖(M − Mᵀ)/2‖_F / ‖M‖_F of M = W_Q W_Kᵀ, for stacks [..., D, d] of per-head maps, from d × d products:
+    ‖M‖² = tr(W_QᵀW_Q · W_KᵀW_K), tr(M²) = tr((W_KᵀW_Q)²) and ‖(M − Mᵀ)/2‖² = (‖M‖² − tr(M²))/2.
+    0 for a symmetric M, 1 for an antisymmetric one."""
+    Q, K = np.asarray(W_Q, dtype=np.float64), np.asarray(W_K, dtype=np.float64)
+    Qt, Kt = np.swapaxes(Q, -1, -2), np.swapaxes(K, -1, -2)
+    KtQ = Kt @ Q
+    norm2 = np.einsum("...ij,...ji->...", Qt @ Q, Kt @ K)
+    trace_of_square = np.einsum("...ij,...ji->...", KtQ, KtQ)
+    return np.sqrt(np.clip(norm2 - trace_of_square, 0.0, None) / (2 * norm2))
+
+
+def qk_distance(a: np.ndarray) -> np.ndarray:
+    """The sources' distance d(M, Mᵀ) = ‖M − Mᵀ‖ / (‖M‖ + ‖Mᵀ‖ + ‖M − Mᵀ‖) = a/(1 + a), in [0, ½]."""
+    return a / (1 + a)
+
+
+def qk_symmetry(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_random: int, seed: int) -> Result:
+    """d(M_h, M_hᵀ) of every head's full D × D query-key map M_h = W_Q^h W_K^hᵀ, against independent Gaussian
+    W_Q, W_K of the same shape (for which tr(M²)/‖M‖² is about 1/D, so a ≈ √((1 − 1/D)/2))."""
+    L, H = shape.n_layers, shape.n_heads
+    a = np.array([qk_antisymmetry(per_head(tensors, layer, "Q"), per_head(tensors, layer, "K")) for layer in range(L)])
+    d = qk_distance(a)
+    rng = np.random.default_rng(seed)
+    random_d = qk_distance(qk_antisymmetry(rng.standard_normal((n_random, shape.d_model, shape.d_head)),
+                                           rng.standard_normal((n_random, shape.d_model, shape.d_head))))
+    low, high = np.unravel_index(d.argmin(), d.shape), np.unravel_index(d.argmax(), d.shape)
+    numbers = {
+        "n_heads": Number(L * H, "d", "heads compared"),
+        "n_random": Number(n_random, "d", "Gaussian pairs (W_Q, W_K) of the same shape"),
+        "d_median": Number(float(np.median(d)), ".3f", "median over heads of d(M_h, M_hᵀ)"),
+        "d_q10": Number(float(np.quantile(d, 0.1)), ".3f", "10th percentile over heads of d(M_h, M_hᵀ)"),
+        "d_min": Number(float(d.min()), ".3f", "smallest d(M_h, M_hᵀ): the most symmetric head"),
+        "d_min_head": Text(f"{low[0]}.{low[1]}", "that head, layer.head"),
+        "most_symmetric": Text(spoken_list([f"{layer}.{head}" for layer, head in
+                                            zip(*np.unravel_index(np.argsort(d, axis=None, kind="stable")[:5], d.shape))]),
+                               "the five heads with the smallest d, most symmetric first (layer.head)"),
+        "d_max": Number(float(d.max()), ".3f", "largest d(M_h, M_hᵀ): the least symmetric head"),
+        "d_max_head": Text(f"{high[0]}.{high[1]}", "that head, layer.head"),
+        "d_random_mean": Number(float(random_d.mean()), ".3f", "mean d of the Gaussian pairs"),
+        "d_random_min": Number(float(random_d.min()), ".3f", "smallest d of the Gaussian pairs"),
+        "n_below_random": Number(int(np.count_nonzero(d < random_d.min())), "d",
+                                 "heads more symmetric than every Gaussian pair"),
+    }
+    table = Table(("layer", *(f"head {h}" for h in range(H))), tuple((layer, *d[layer]) for layer in range(L)),
+                  formats={f"head {h}": ".3f" for h in range(H)})
+    return Result(numbers, {"distances": table}, {"d": d, "random_d": random_d})
+
+
+register(
+    "qk_symmetry", "How far each head's query-key map is from symmetric", qk_symmetry,
+    needs=("blocks.*.attn.W_Q", "blocks.*.attn.W_K"), params={"n_random": 200, "seed": 0},
+)
 
 
 register(

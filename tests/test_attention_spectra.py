@@ -172,3 +172,41 @@ def test_baselines_call_noise_noise_and_see_a_planted_spectrum():
     # a condition number of about D is typical of noise: no evidence of anisotropy
     assert all(rows[(0, f"W_{k}")][3] > 1e-3 for k in "QKVO")
     assert planted_row[7] == pytest.approx(limit, rel=0.1)  # its shuffle is noise again
+
+
+def test_qk_antisymmetry_matches_the_dense_map_and_its_closed_forms():
+    """a = ‖(M − Mᵀ)/2‖/‖M‖ from d × d products equals the dense D × D computation; 0 for K = Q (symmetric M),
+    1 for an antisymmetric M; the slides' d(M, Mᵀ) = a/(1 + a) from its definition."""
+    from analyses.attention_spectra import qk_antisymmetry, qk_distance
+
+    rng = np.random.default_rng(3)
+    Q, K = rng.standard_normal((5, D, 6)), rng.standard_normal((5, D, 6))
+    a = qk_antisymmetry(Q, K)
+    for h in range(5):
+        M = Q[h] @ K[h].T
+        assert a[h] == pytest.approx(np.linalg.norm((M - M.T) / 2) / np.linalg.norm(M), rel=1e-12)
+        gap = np.linalg.norm(M - M.T)
+        assert qk_distance(a[h]) == pytest.approx(gap / (2 * np.linalg.norm(M) + gap), rel=1e-12)
+    assert qk_antisymmetry(Q, Q) == pytest.approx(np.zeros(5), abs=1e-7)
+    J = np.kron(np.eye(D // 2), np.array([[0.0, 1.0], [-1.0, 0.0]]))  # W_Q = I, W_K = Jᵀ: M = J, antisymmetric
+    assert qk_antisymmetry(np.eye(D), J.T) == pytest.approx(1.0)
+    assert qk_distance(np.array(1.0)) == pytest.approx(0.5)
+
+
+def test_qk_symmetry_finds_a_planted_symmetric_head_and_the_gaussian_level():
+    """Random heads sit at the Gaussian level a ≈ √((1 − 1/D)/2); a head with W_K = W_Q is the most symmetric (d = 0)."""
+    from analyses.attention_spectra import qk_symmetry
+
+    rng = np.random.default_rng(5)
+    shape = ModelShape("planted", "gpt2", D, 8, 2, 4, 10, 4 * D, "pre")
+    tensors = {f"blocks.{layer}.attn.W_{kind}": rng.standard_normal((4, D, D // 4)) for layer in range(2)
+               for kind in "QK"}
+    tensors["blocks.1.attn.W_K"][2] = tensors["blocks.1.attn.W_Q"][2]
+    result = qk_symmetry(tensors, shape, n_random=50, seed=0)
+    n = result.numbers
+    assert n["d_min"].value == pytest.approx(0.0, abs=1e-7) and n["d_min_head"].value == "1.2"
+    level = np.sqrt((1 - 1 / D) / 2)
+    assert n["d_random_mean"].value == pytest.approx(level / (1 + level), abs=0.01)
+    assert n["d_median"].value == pytest.approx(level / (1 + level), abs=0.02)
+    assert result.tables["distances"].rows[1][3] == pytest.approx(0.0, abs=1e-7)
+    assert n["most_symmetric"].value.startswith("1.2")
