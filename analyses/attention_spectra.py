@@ -373,6 +373,16 @@ def column_label(kind: str, variant: str) -> str:
     return {"raw": f"W_{kind}", "γ-folded": f"diag(γ)W_{kind}", "output": f"W_{kind} (writes)"}[variant]
 
 
+def variant_matrix(tensors: Mapping[str, np.ndarray], layer: int, kind: str, variant: str,
+                   gain: np.ndarray) -> tuple[np.ndarray, str]:
+    """The D × D matrix one column of VARIANTS reads (diag(γ) W for "γ-folded", with γ the layer's input
+    gain) and the side, "input" or "output", whose energy it is measured on."""
+    W = full_matrix(tensors, layer, kind)
+    if variant == "γ-folded":
+        W = gain[:, None] * W
+    return W, "output" if variant == "output" else "input"
+
+
 def attention_alignment(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, ks: tuple[int, ...],
                         n_overlap_vectors: int, overlap_k: int) -> Result:
     """Enrichment a_k(W)/(k/D) of every attention matrix on P's top-k uncentred right-singular subspace.
@@ -389,10 +399,7 @@ def attention_alignment(tensors: Mapping[str, np.ndarray], shape: ModelShape, *,
     for layer in range(L):
         gain = input_gain(tensors, shape, layer)
         for c, (kind, variant) in enumerate(VARIANTS):
-            W = full_matrix(tensors, layer, kind)
-            if variant == "γ-folded":
-                W = gain[:, None] * W
-            side = "output" if variant == "output" else "input"
+            W, side = variant_matrix(tensors, layer, kind, variant, gain)
             for i, k in enumerate(ks):
                 enrichment[i, layer, c] = energy_fraction(W, basis[:, :k], side) / (k / D)
     rows = tuple((layer, column_label(*VARIANTS[c]), *(enrichment[i, layer, c] for i in range(len(ks))))
@@ -402,11 +409,9 @@ def attention_alignment(tensors: Mapping[str, np.ndarray], shape: ModelShape, *,
     overlaps = []
     gain0 = input_gain(tensors, shape, 0)
     for kind, variant in VARIANTS:
-        W = full_matrix(tensors, 0, kind)
-        if variant == "γ-folded":
-            W = gain0[:, None] * W
+        W, side = variant_matrix(tensors, 0, kind, variant, gain0)
         U, _, Vt = svd(W, full_matrices=False, check_finite=False)
-        vectors = U if variant != "output" else Vt.T
+        vectors = U if side == "input" else Vt.T
         overlaps.append((vectors[:, :n_overlap_vectors].T @ basis[:, :overlap_k]) ** 2)
     numbers = {"overlap_k": Number(overlap_k, "d", "P directions in the layer-0 overlap figure"),
                "l0_top_overlap_k": Number(float(np.max(overlaps[1])), ".2f",
@@ -517,16 +522,18 @@ def qk_symmetry(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_rando
     rng = np.random.default_rng(seed)
     random_d = qk_distance(qk_antisymmetry(rng.standard_normal((n_random, shape.d_model, shape.d_head)),
                                            rng.standard_normal((n_random, shape.d_model, shape.d_head))))
-    low, high = np.unravel_index(d.argmin(), d.shape), np.unravel_index(d.argmax(), d.shape)
+    # heads as layer.head, most symmetric first (a stable sort: of equal values the first comes first, as argmin)
+    ranked = [f"{layer}.{head}" for layer, head in zip(*np.unravel_index(np.argsort(d, axis=None, kind="stable"),
+                                                                         d.shape))]
+    high = np.unravel_index(d.argmax(), d.shape)
     numbers = {
         "n_heads": Number(L * H, "d", "heads compared"),
         "n_random": Number(n_random, "d", "Gaussian pairs (W_Q, W_K) of the same shape"),
         "d_median": Number(float(np.median(d)), ".3f", "median over heads of d(M_h, M_hᵀ)"),
         "d_q10": Number(float(np.quantile(d, 0.1)), ".3f", "10th percentile over heads of d(M_h, M_hᵀ)"),
         "d_min": Number(float(d.min()), ".3f", "smallest d(M_h, M_hᵀ): the most symmetric head"),
-        "d_min_head": Text(f"{low[0]}.{low[1]}", "that head, layer.head"),
-        "most_symmetric": Text(spoken_list([f"{layer}.{head}" for layer, head in
-                                            zip(*np.unravel_index(np.argsort(d, axis=None, kind="stable")[:5], d.shape))]),
+        "d_min_head": Text(ranked[0], "that head, layer.head"),
+        "most_symmetric": Text(spoken_list(ranked[:5]),
                                "the five heads with the smallest d, most symmetric first (layer.head)"),
         "d_max": Number(float(d.max()), ".3f", "largest d(M_h, M_hᵀ): the least symmetric head"),
         "d_max_head": Text(f"{high[0]}.{high[1]}", "that head, layer.head"),

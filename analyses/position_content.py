@@ -26,7 +26,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from analyses.attention_spectra import full_matrix, input_gain
+from analyses.attention_spectra import VARIANTS, column_label, input_gain, variant_matrix
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table, Text, spoken_list
 from analyses.engine.sources import ModelShape
@@ -493,13 +493,7 @@ register(
 # ---------------------------------------------------------------------------
 # 3. What the attention weights read, and where W_O writes
 
-READ_VARIANTS = (("Q", "raw"), ("K", "raw"), ("V", "raw"), ("Q", "γ-folded"), ("K", "γ-folded"), ("V", "γ-folded"),
-                 ("O", "output"))
 SUBSPACES = ("P", "E")
-
-
-def variant_label(kind: str, variant: str) -> str:
-    return {"raw": f"W_{kind}", "γ-folded": f"diag(γ)W_{kind}", "output": f"W_{kind} (writes)"}[variant]
 
 
 def subspace_bases(tensors: Mapping[str, np.ndarray], k_max: int) -> dict[str, np.ndarray]:
@@ -528,21 +522,18 @@ def attention_position_content(tensors: Mapping[str, np.ndarray], shape: ModelSh
     available = np.asarray(tensors["E_centred.V"]).shape[1]
     ks = usable_ks(ks, available, D)
     bases = subspace_bases(tensors, max(ks))
-    stats = np.zeros((L, len(READ_VARIANTS), 2, len(ks), 3))
+    stats = np.zeros((L, len(VARIANTS), 2, len(ks), 3))
     for layer in range(L):
         gain = input_gain(tensors, shape, layer)
-        for c, (kind, variant) in enumerate(READ_VARIANTS):
-            W = full_matrix(tensors, layer, kind)
-            if variant == "γ-folded":
-                W = gain[:, None] * W
-            side = "output" if variant == "output" else "input"
+        for c, (kind, variant) in enumerate(VARIANTS):
+            W, side = variant_matrix(tensors, layer, kind, variant, gain)
             stats[layer, c] = enrichment_and_z(W, [bases[name] for name in SUBSPACES], ks, side)
-    labels = [variant_label(*v) for v in READ_VARIANTS]
+    labels = [column_label(*v) for v in VARIANTS]
     p = ks.index(primary_k)
     numbers = {"primary_k": Number(primary_k, "d", "k of the heatmap and of the cited values"),
                "chance": Number(primary_k / D, ".1%", "k/D at that k"),
                "token_subspace_origin": Text(origin_of(tensors, "E_centred.V"), "where E's top directions come from")}
-    for c, (kind, variant) in enumerate(READ_VARIANTS):
+    for c, (kind, variant) in enumerate(VARIANTS):
         tag = {"raw": "raw", "γ-folded": "", "output": ""}[variant]
         key = f"{kind.lower()}{'_' + tag if tag else ''}"
         for s, name in enumerate(SUBSPACES):
@@ -559,7 +550,7 @@ def attention_position_content(tensors: Mapping[str, np.ndarray], shape: ModelSh
             more_e = int(np.sum(stats[:, c, 1, p, 1] > stats[:, c, 0, p, 1]))
             numbers[f"n_layers_e_over_p_{key}"] = Number(more_e, "d",
                                                          f"layers where {labels[c]} reads E's subspace more than P's")
-    folded = [c for c, (_, v) in enumerate(READ_VARIANTS) if v == "γ-folded"]
+    folded = [c for c, (_, v) in enumerate(VARIANTS) if v == "γ-folded"]
     numbers["n_layers"] = Number(L, "d", "layers")
     numbers["max_p_folded"] = Number(float(stats[:, folded, 0, p, 1].max()), ".2f",
                                      "largest enrichment in P's subspace of any gain-folded W_Q, W_K, W_V")
@@ -586,13 +577,13 @@ def plot_reading(result: Result, shape: ModelShape):
     top = float(np.ceil(np.abs(np.log10(ratios)).max() * 10) / 10)
     norm = LogNorm(vmin=10**-top, vmax=10**top)
     fig, axes = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, 0.25 * ratios.shape[0] + 2.4), sharey=True)
-    labels = [variant_label(*v).replace(f"W_{v[0]}", f"$W_{v[0]}$") for v in READ_VARIANTS]
+    labels = [column_label(*v).replace(f"W_{v[0]}", f"$W_{v[0]}$") for v in VARIANTS]
     for s, (ax, name) in enumerate(zip(axes, ("P (position)", "E (tokens)"))):
         image = ax.imshow(ratios[:, :, s], cmap=plotting.DIVERGING, norm=norm, aspect="auto", interpolation="nearest")
         for (layer, c), value in np.ndenumerate(ratios[:, :, s]):
             ax.text(c, layer, f"{value:.2f}", ha="center", va="center", fontsize=7,
                     color="white" if abs(np.log10(value)) > 0.6 * top else "black")
-        ax.set_xticks(range(len(READ_VARIANTS)), labels, rotation=90)
+        ax.set_xticks(range(len(VARIANTS)), labels, rotation=90)
         ax.set_title(f"top-{primary} subspace of {name}")
     axes[0].set_ylabel("layer")
     axes[0].set_yticks(range(ratios.shape[0]))

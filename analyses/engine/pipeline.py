@@ -248,7 +248,7 @@ def _preload(jobs: list[Job]) -> None:
     tokenizers): each child then shares it instead of loading or computing its own copy."""
     needs: dict[int, tuple[WeightSource, set[str]]] = {}
     for job in jobs:
-        if job.source is not None and not job.unavailable and not job.source.missing(job.needs):
+        if job.source is not None and not job.source.missing(job.needs):
             needs.setdefault(id(job.source), (job.source, set()))[1].update(job.needs)
     for source, names in needs.values():
         source.preload(tuple(sorted(names)))

@@ -377,6 +377,17 @@ class Tensors(Mapping):
     def __contains__(self, name) -> bool:
         return name in self._rules or (name in TOKEN_SUBSPACE and self._has_token_subspace())
 
+    def preload(self, needed: tuple[str, ...]) -> None:
+        """Read now the raw tensors and the token subspace behind the names `needed` holds (those this
+        checkpoint has), without converting them: processes forked afterwards share these copies."""
+        for pattern in needed:
+            for name in expand(pattern, self._shape.n_layers):
+                if name in TOKEN_SUBSPACE and self._has_token_subspace():
+                    self._token_subspace()
+                elif name in self._rules:
+                    for raw in self._rules[name].raw:
+                        self._raw_tensor(raw)
+
     def missing(self, needed: tuple[str, ...]) -> list[str]:
         """Which of `needed` (patterns may use `blocks.*.` for every layer) this checkpoint lacks."""
         return [p for p in needed if any(n not in self for n in expand(p, self._shape.n_layers))]
@@ -458,11 +469,7 @@ class WeightSource:
         the tokenizer. Processes forked afterwards share these copies instead of each making its own."""
         if TOKENIZER in needed and self.tokenizer_files():
             self.tensors.tokenize("")
-        tensors = self.tensors
-        for pattern in needed:
-            for name in expand(pattern, self.shape.n_layers):
-                if name in tensors:
-                    tensors[name]
+        self.tensors.preload(needed)
 
     @cached_property
     def fingerprint(self) -> dict[str, str]:

@@ -67,20 +67,23 @@ def run_all(tasks: Iterable[tuple[str, Callable[[], object]]], jobs: int,
 def _schedule(queue, running, jobs, on_done, prelude) -> None:
     try:
         if queue and prelude is not None:
-            label, task = queue.pop(0)
-            pid, fd = _start(task)
-            running[pid] = (label, fd, time.perf_counter())
+            _launch(queue, running)
             prelude()
         while queue or running:
             while queue and len(running) < max(1, jobs):
-                label, task = queue.pop(0)
-                running_pid, fd = _start(task)
-                running[running_pid] = (label, fd, time.perf_counter())
+                _launch(queue, running)
             _collect(running, on_done)
     except BaseException:
         for pid, (_, fd, _) in running.items():
             _stop(pid, fd)
         raise
+
+
+def _launch(queue: list, running: dict) -> None:
+    """Fork a child for the next task of the queue and record it as running."""
+    label, task = queue.pop(0)
+    pid, fd = _start(task)
+    running[pid] = (label, fd, time.perf_counter())
 
 
 def _start(task: Callable[[], object]) -> tuple[int, int]:
