@@ -1,8 +1,11 @@
 """What an analysis returns: numbers to cite, tables to embed, arrays to plot.
 
-Each number keeps its raw value (written to JSON at full precision) and the
-format in which the report cites it (written to `_variables.yml`), so that the
-prose never retypes a value: the Manubot pattern of raw plus formatted stats.
+Each number keeps its raw value (written to JSON at full precision), the format in
+which the report cites it (written to `_variables.yml`), so that the prose never
+retypes a value (the Manubot pattern of raw plus formatted stats), and its declared
+accuracy: how far apart two machines may compute it. Bitwise identity across
+processors is not attainable (BLAS kernels sum in different orders), so the contract
+is on the printed string: every value within its accuracy prints the same text.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ def format_value(value: float | int, fmt: str) -> str:
 
     Negative numbers use an ASCII hyphen-minus so they survive HTML and LaTeX alike.
     """
+    if value == 0 and isinstance(value, float):
+        value = 0.0  # -0.0 prints as 0: the sign of a zero is not determined by the computation
     if fmt.startswith("sci"):
         digits = int(fmt[3:] or 2)
         mantissa, exponent = f"{value:.{digits}e}".split("e")
@@ -28,12 +33,57 @@ def format_value(value: float | int, fmt: str) -> str:
 
 
 @dataclass(frozen=True)
+class Accuracy:
+    """How exactly the computation determines a value: two machines give it within ±`tolerance(value)`
+    = max(abs, rel·|value|) of each other, for the reason `basis` states."""
+
+    rel: float = 0.0
+    abs: float = 0.0
+    basis: str = ""
+
+    def tolerance(self, value: float) -> float:
+        return max(self.abs, self.rel * abs(value))
+
+    def agree(self, a: float, b: float) -> bool:
+        """Whether two computations of the value agree at this accuracy."""
+        if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+            return True
+        return abs(a - b) <= self.tolerance(a) * (1 + 1e-9)
+
+    def as_dict(self) -> dict:
+        return {"rel": self.rel, "abs": self.abs, "basis": self.basis}
+
+
+EXACT = Accuracy(basis="exact: a count, an index, a seed or a constant")
+FLOAT64 = Accuracy(rel=1e-9, basis="float64 arithmetic: BLAS kernels sum in different orders, which moves "
+                                   "results by about 1e-13 relative; declared 1e-9, room for conditioning")
+
+
+def float32_accuracy(rel: float, why: str) -> Accuracy:
+    """A value that float32 arithmetic decides to about `rel` relative (unit roundoff 6e-8 times a growth
+    factor such as the number of summed terms, or a small denominator); `why` names the computation."""
+    return Accuracy(rel=rel, basis=f"float32 arithmetic: {why}")
+
+
+def printed_stably(value: float | int, fmt: str, accuracy: Accuracy) -> bool:
+    """Whether every value within the accuracy prints as `value` does: rounding is monotone, so checking
+    both ends of the interval decides it."""
+    tolerance = accuracy.tolerance(value)
+    if tolerance == 0:
+        return True
+    text = format_value(value, fmt)
+    return format_value(value - tolerance, fmt) == text == format_value(value + tolerance, fmt)
+
+
+@dataclass(frozen=True)
 class Number:
-    """A cited number: raw value plus its display format (e.g. ".3f", "d", ".1%", "sci2")."""
+    """A cited number: raw value, its display format (e.g. ".3f", "d", ".1%", "sci2") and its accuracy
+    (default: exact for integers, float64 rounding for floats)."""
 
     value: float | int
     fmt: str = ".4g"
     description: str = ""
+    accuracy: Accuracy | None = None
 
     def __post_init__(self):
         value = self.value.item() if isinstance(self.value, np.generic) else self.value
@@ -42,11 +92,26 @@ class Number:
         if not math.isfinite(value):
             raise ValueError(f"a cited number must be finite, got {value} ({self.description or 'no description'})")
         object.__setattr__(self, "value", value)
+        if self.accuracy is None:
+            object.__setattr__(self, "accuracy", EXACT if isinstance(value, int) else FLOAT64)
         format_value(value, self.fmt)  # fail early on a bad format
+
+    @classmethod
+    def bound(cls, value: float, limit: float, description: str, basis: str) -> Number:
+        """A rounding error cited as the bound it stays below, not as the noise itself: the text is `limit`,
+        which an error analysis fixes (`basis`), and computing a value at or above it is an error."""
+        if not value < limit:
+            raise ValueError(f"{description}: {value:.3e} is not below its bound {limit:.1e} ({basis})")
+        return cls(float(limit), "sci1", description, Accuracy(basis=f"a bound: {basis}"))
 
     @property
     def text(self) -> str:
         return format_value(self.value, self.fmt)
+
+    @property
+    def stable(self) -> bool:
+        """Whether every value within the declared accuracy prints this text."""
+        return printed_stably(self.value, self.fmt, self.accuracy)
 
 
 @dataclass(frozen=True)
@@ -84,11 +149,13 @@ def _print_safe(text: str) -> str:
 
 @dataclass(frozen=True)
 class Table:
-    """A table with named columns; `formats` maps a column to its display format in the markdown."""
+    """A table with named columns; `formats` maps a column to its display format in the markdown and
+    `accuracy` a column to its declared accuracy (default: exact integers, float64 floats)."""
 
     columns: tuple[str, ...]
     rows: tuple[tuple, ...]
     formats: dict[str, str] = field(default_factory=dict)
+    accuracy: dict[str, Accuracy] = field(default_factory=dict)
 
     def __post_init__(self):
         object.__setattr__(self, "columns", tuple(self.columns))
@@ -101,6 +168,23 @@ class Table:
     def column(self, name: str) -> list:
         i = self.columns.index(name)
         return [row[i] for row in self.rows]
+
+    def accuracy_of(self, column: str, value) -> Accuracy | None:
+        """The accuracy of a numeric cell (None for text)."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        return self.accuracy.get(column) or (EXACT if isinstance(value, int) else FLOAT64)
+
+    def accuracy_json(self) -> dict[str, dict]:
+        """The declared accuracy of each numeric column, as cached beside the table."""
+        return {c: self.accuracy_of(c, v).as_dict() for c in self.columns
+                for v in [x for x in self.column(c) if self.accuracy_of(c, x) is not None][:1]}
+
+    def unstable_cells(self) -> list[tuple[int, str]]:
+        """(row, column) of each formatted cell whose printed text a value within its accuracy would change."""
+        return [(i, c) for i, row in enumerate(self.rows) for c, v in zip(self.columns, row)
+                if c in self.formats and self.accuracy_of(c, v) is not None
+                and not printed_stably(v, self.formats[c], self.accuracy_of(c, v))]
 
     def _cell(self, column: str, value) -> str:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and column in self.formats:
@@ -129,10 +213,48 @@ class Table:
 class Result:
     """The output of one analysis on one model.
 
-    `numbers` and `tables` are cached and cited; `arrays` feed the figure functions
-    and are not cached (the figures are).
+    `numbers` and `tables` are cached and cited; `arrays` feed the figure functions and are
+    cached as summaries (see `array_summary`), compared at `array_accuracy` (default: float64
+    rounding relative to the array's largest magnitude).
     """
 
     numbers: dict[str, Number | Text] = field(default_factory=dict)
     tables: dict[str, Table] = field(default_factory=dict)
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    array_accuracy: dict[str, Accuracy] = field(default_factory=dict)
+
+    def accuracy_of_array(self, name: str) -> Accuracy:
+        return self.array_accuracy.get(name, FLOAT64)
+
+
+SUMMARY_STATISTICS = ("mean", "rms", "min", "max", "weighted")
+"""What `array_summary` keeps of a numeric array: enough that a change of its values (an offset, a scale, one
+changed entry among many, a permutation) changes a statistic; `weighted` is Σ w_i x_i with fixed weights."""
+
+
+def array_summary(array) -> dict | None:
+    """Shape, NaN count and the statistics of a numeric array over its finite entries (None when the array
+    holds text); statistics are taken in float64, whatever the array's dtype."""
+    a = np.asarray(array)
+    if a.dtype.kind not in "biuf":
+        return None
+    x = a.astype(np.float64).ravel()
+    finite = x[np.isfinite(x)]
+    summary = {"shape": list(a.shape), "nonfinite": int(x.size - finite.size)}
+    if finite.size:
+        weights = np.cos(np.arange(finite.size) * 0.7548776662466927)  # a fixed, aperiodic weighting
+        summary |= {"mean": float(finite.mean()), "rms": float(np.sqrt(np.mean(finite ** 2))),
+                    "min": float(finite.min()), "max": float(finite.max()),
+                    "weighted": float(weights @ finite / finite.size), "scale": float(np.abs(finite).max())}
+    return summary
+
+
+def summaries_agree(cached: dict, fresh: dict, accuracy: Accuracy) -> bool:
+    """Whether two array summaries agree: same shape and NaN count, each statistic within the accuracy
+    taken relative to the array's largest magnitude."""
+    if {k: cached.get(k) for k in ("shape", "nonfinite")} != {k: fresh.get(k) for k in ("shape", "nonfinite")}:
+        return False
+    scale = max(cached.get("scale", 0.0), fresh.get("scale", 0.0))
+    tolerance = max(accuracy.abs, accuracy.rel * scale)
+    return all(abs(cached[k] - fresh[k]) <= tolerance * (1 + 1e-9)
+               for k in SUMMARY_STATISTICS if k in cached or k in fresh)
