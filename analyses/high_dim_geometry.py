@@ -228,7 +228,7 @@ def ball_overlap(*, dims: tuple[int, ...], ratios: tuple[float, ...], mc_dims: t
     rng = np.random.default_rng(seed)
     label = {q: f"c/r = {q:g}" for q in ratios}
     overlap = Table(("d", *label.values()), tuple((d, *(float(overlap_fraction(d, q)) for q in ratios)) for d in dims),
-                    formats=dict.fromkeys(label.values(), ".3g"))
+                    formats=dict.fromkeys(label.values(), ".4g"))
     rows = []
     for d in mc_dims:
         x = uniform_in_ball(d, n_samples, rng)
@@ -251,7 +251,7 @@ def ball_overlap(*, dims: tuple[int, ...], ratios: tuple[float, ...], mc_dims: t
     }
     for q in ratios:
         key = f"{q:g}".replace(".", "_")
-        numbers[f"overlap_d3_ratio_{key}"] = Number(float(overlap_fraction(3, q)), ".1%", f"overlap, d = 3, c/r = {q:g}")
+        numbers[f"overlap_d3_ratio_{key}"] = Number(float(overlap_fraction(3, q)), ".2%", f"overlap, d = 3, c/r = {q:g}")
         numbers[f"overlap_d_max_ratio_{key}"] = Number(float(overlap_fraction(d_max, q)), "sci2",
                                                        f"overlap at the largest d, c/r = {q:g}")
     return Result(numbers, {"overlap": overlap, "monte_carlo": mc},

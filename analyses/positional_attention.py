@@ -25,7 +25,7 @@ from analyses.helix import EDGE, helix_period
 from analyses.toolkit import plotting
 from analyses.toolkit.linalg import top_right_singular_vectors
 from analyses.engine.registry import register
-from analyses.engine.results import Number, Result, Table, Text, spoken_list
+from analyses.engine.results import COUNT_SHARE, Number, Result, Table, Text, spoken_list
 from analyses.engine.sources import ModelShape
 
 CLASSES = ("previous-token", "current-token", "first-position", "local window", "diffuse")
@@ -187,7 +187,8 @@ def positional_attention(tensors: Mapping[str, np.ndarray], shape: ModelShape, *
         for key, fmt in (("mass_self", ".2f"), ("mass_prev", ".2f"), ("mass_first", ".2f"), ("first_mode", ".0%"),
                          ("prev_mode", ".0%"), ("self_mode", ".0%"),
                          ("half_width", "d"), ("mean_distance", ".0f")):
-            numbers[f"head{head}_{key}"] = Number(stats[key], fmt, f"layer-0 head {head}: {key}")
+            numbers[f"head{head}_{key}"] = Number(stats[key], fmt, f"layer-0 head {head}: {key}",
+                                                  COUNT_SHARE if key.endswith("_mode") else None)
     for label in CLASSES:
         members = [h for h, c in enumerate(classes) if label in c]
         key = label.replace("-", "_").replace(" ", "_")
@@ -199,7 +200,8 @@ def positional_attention(tensors: Mapping[str, np.ndarray], shape: ModelShape, *
     table = Table(("head", "class", "argmax i−1", "argmax i", "argmax 0", "mass self", "mass i−1", "mass 0", "half-width",
                    "mean |i−j|", "entropy (nats)"), tuple(rows),
                   formats={"argmax i−1": ".0%", "argmax i": ".0%", "argmax 0": ".0%", "mass self": ".3f", "mass i−1": ".3f",
-                           "mass 0": ".3f", "mean |i−j|": ".1f", "entropy (nats)": ".2f"})
+                           "mass 0": ".3f", "mean |i−j|": ".1f", "entropy (nats)": ".2f"},
+                  accuracy=dict.fromkeys(("argmax i−1", "argmax i", "argmax 0"), COUNT_SHARE))
     return Result(numbers, {"heads": table},
                   {"profiles": np.array(profiles), "offsets": offsets, "zooms": np.array(zooms),
                    "pooled": np.array(pooled), "classes": np.array([" + ".join(c) for c in classes]),

@@ -20,8 +20,9 @@ its columns), the standard deviation of the unique off-diagonal cosines, the fra
 |cos| > t and the largest |cos|; and for P itself the share of variance in its top k principal
 components. Statistics that a null keeps by construction are reported as kept, not tested. With
 N draws, the one-sided empirical p-value is p = (1 + #{null ≥ observed}) / (1 + N) and the effect
-size is (observed − null mean) / null std. Observed values are float64; null draws use float32
-matrix products (relative error ~1e-6, far below every gap reported here).
+size is (observed − null mean) / null std. Everything is float64: an effect size divides by a null
+standard deviation as small as 4e-5, which would magnify float32 rounding (different on every
+BLAS kernel) into printed digits.
 """
 
 from __future__ import annotations
@@ -94,17 +95,13 @@ def _upper_of_blas(C: np.ndarray) -> np.ndarray:
     return C.ravel(order="F")[_upper_offsets(len(C))]
 
 
-REFINE = 1e-5
-"""Single-precision cosines within this of the largest value or of the threshold are recomputed in double
-precision, so that the maximum and the count above the threshold do not depend on rounding (~1e-7)."""
-
-
-def _cosines_float32(M: np.ndarray) -> np.ndarray:
-    """The unique off-diagonal cosines of the rows of M in float32; BLAS ssyrk fills only the upper triangle."""
-    from scipy.linalg.blas import ssyrk
+def _cosines_blas(M: np.ndarray) -> np.ndarray:
+    """The unique off-diagonal cosines of the rows of M; BLAS dsyrk fills only the upper triangle (half the work
+    of a full product)."""
+    from scipy.linalg.blas import dsyrk
 
     U = M / np.linalg.norm(M, axis=1, keepdims=True)
-    return _upper_of_blas(ssyrk(1.0, U.T, trans=1))
+    return _upper_of_blas(dsyrk(1.0, U.T, trans=1))
 
 
 def top_variance_share(P: np.ndarray, k: int) -> float:
@@ -121,29 +118,12 @@ def _top_share_of_covariance(C: np.ndarray, k: int) -> float:
     return float(top.sum() / np.trace(C))
 
 
-def _statistics(values: np.ndarray, kind: str, threshold: float, bins: int, stats: dict, hists: dict,
-                exact_rows: np.ndarray | None = None) -> None:
-    """std, fraction of |v| > threshold, largest |v|, and histogram of the unique cosines `values`.
-
-    With `exact_rows` (the float64 matrix whose row cosines `values` approximates in float32), the values
-    that decide the maximum and the threshold count are recomputed from it in float64.
-    """
+def _statistics(values: np.ndarray, kind: str, threshold: float, bins: int, stats: dict, hists: dict) -> None:
+    """std, fraction of |v| > threshold, largest |v|, and histogram of the unique cosines `values`."""
     magnitude = np.abs(values)
-    stats[f"{kind}_std"] = float(values.std(dtype=np.float64))
-    above = np.count_nonzero(magnitude > threshold + REFINE)
-    largest = float(magnitude.max())
-    if exact_rows is not None:
-        rows, cols = _upper_pairs(len(exact_rows))
-        near = np.flatnonzero((np.abs(magnitude - threshold) <= REFINE) | (magnitude >= largest - REFINE))
-        unit = exact_rows / np.linalg.norm(exact_rows, axis=1, keepdims=True)
-        exact = np.abs(np.einsum("ij,ij->i", unit[rows[near]], unit[cols[near]]))
-        in_band = np.abs(magnitude[near] - threshold) <= REFINE
-        above += np.count_nonzero(exact[in_band] > threshold)
-        largest = float(exact[magnitude[near] >= largest - REFINE].max())
-    else:
-        above += np.count_nonzero((magnitude > threshold) & (magnitude <= threshold + REFINE))
-    stats[f"{kind}_frac_abs_above"] = float(above / values.size)
-    stats[f"{kind}_max_abs"] = largest
+    stats[f"{kind}_std"] = float(values.std())
+    stats[f"{kind}_frac_abs_above"] = float(np.count_nonzero(magnitude > threshold) / values.size)
+    stats[f"{kind}_max_abs"] = float(magnitude.max())
     index = np.clip(((values + 1) * (bins / 2)).astype(np.int64), 0, bins - 1)
     hists[kind] = np.bincount(index, minlength=bins)
 
@@ -153,14 +133,12 @@ def similarity_statistics(P: np.ndarray, threshold: float, bins: int, n_componen
     """The statistics of P, and histogram counts of the off-diagonal cosines of both similarity matrices.
 
     Returns ({"<kind>_<statistic>": value, PCA_KEY: value}, {kind: counts over `bins` equal bins of [-1, 1]}).
-    exact=True: float64 throughout (cosines from `linalg.cosine_matrix`, PCA by SVD). exact=False, for the
-    many null draws: float32 products, one PᵀP for both the dimension cosines and the covariance, whose top
-    eigenvalues come from Lanczos iteration; the largest |cos| and the count above the threshold are settled
-    in float64 (see REFINE), so only the standard deviation and the PCA share carry float32 rounding (~1e-7
-    relative, far below every difference reported). With exact=False, the dimension statistics and the PCA
-    share are not computed when `kept` holds them all (a null that keeps them by construction).
+    exact=True: cosines from `linalg.cosine_matrix`, PCA by SVD. exact=False, for the many null draws, the
+    same statistics with half the arithmetic: symmetric rank-k products (dsyrk), one PᵀP for both the dimension
+    cosines and the covariance, whose top eigenvalues come from Lanczos iteration; the dimension statistics and
+    the PCA share are not computed when `kept` holds them all (a null that keeps them by construction).
     """
-    from scipy.linalg.blas import ssyrk
+    from scipy.linalg.blas import dsyrk
 
     stats: dict[str, float] = {}
     hists: dict[str, np.ndarray] = {}
@@ -169,18 +147,16 @@ def similarity_statistics(P: np.ndarray, threshold: float, bins: int, n_componen
             _statistics(upper_triangle(cosine_matrix(M)), kind, threshold, bins, stats, hists)
         stats[PCA_KEY] = top_variance_share(P, n_components)
         return stats, hists
-    P64 = np.asarray(P, dtype=np.float64)
-    P = np.asarray(P, dtype=np.float32)
-    _statistics(_cosines_float32(P), "positions", threshold, bins, stats, hists, exact_rows=P64)
+    P = np.asarray(P, dtype=np.float64)
+    _statistics(_cosines_blas(P), "positions", threshold, bins, stats, hists)
     if {f"dimensions_{s}" for s in STATISTICS} | {PCA_KEY} <= kept:
         return stats, hists
-    gram = ssyrk(1.0, P, trans=1).astype(np.float64, order="F")  # PᵀP, upper triangle, column-major
+    gram = dsyrk(1.0, P, trans=1)  # PᵀP, upper triangle, column-major
     scale = 1 / np.sqrt(np.diag(gram))
     rows, cols = _upper_pairs(len(gram))
-    _statistics(_upper_of_blas(gram) * scale[rows] * scale[cols], "dimensions", threshold, bins, stats, hists,
-                exact_rows=P64.T)
+    _statistics(_upper_of_blas(gram) * scale[rows] * scale[cols], "dimensions", threshold, bins, stats, hists)
     gram += np.triu(gram, 1).T
-    mean = P.mean(axis=0, dtype=np.float64)
+    mean = P.mean(axis=0)
     stats[PCA_KEY] = _top_share_of_covariance(gram - len(P) * np.outer(mean, mean), n_components)
     return stats, hists
 

@@ -23,7 +23,7 @@ from analyses.toolkit.linalg import (
     mean_by_offset,
 )
 from analyses.engine.registry import register
-from analyses.engine.results import Number, Result, Table
+from analyses.engine.results import Accuracy, Number, Result, Table
 from analyses.engine.sources import ModelShape
 
 
@@ -80,9 +80,39 @@ def column_period(column: int, d_model: int, base: float = 10000.0) -> float:
     return float(2 * np.pi / frequencies(d_model, base)[column // 2])
 
 
+EPS = float(np.finfo(np.float64).eps)
+
+
+def coordinate_error(largest_position: float) -> float:
+    """Worst-case error of one coordinate of PE(n) for n ≤ `largest_position`: the angle n·ω is rounded with
+    relative error ε, an absolute error up to ε·n, which sin and cos pass on; a factor 4 covers their own
+    rounding and the product: 4ε(n + 1)."""
+    return 4 * EPS * (largest_position + 1)
+
+
+def rounding_bounds(n_positions: int, d_model: int, offsets: tuple[int, ...]) -> dict[str, float]:
+    """Worst-case float64 errors of the identities over a table of N rows (the limits the cited checks are
+    printed as, since the errors themselves are rounding noise that differs between machines):
+
+    norm    | ‖PE(n)‖ − √(D/2) |      ≤ D ε √(D/2)            (D squares summed, sin² + cos² = 1 to 2ε)
+    shift   ‖PE(n+k) − M_k PE(n)‖   ≤ √D · 4ε(N + k)        (per offset k; the coordinate error at n + k)
+    rotation |M_kᵀM_k − I|           ≤ 4ε                    (c² + s² of one rounded angle)
+    dot     |PE(m)·PE(n) − Σ cos|    ≤ D (2c + ε D/2)        (c = coordinate error at N − 1)
+    spread  std over n of the cosine ≤ dot / (D/2)
+    """
+    D, N = d_model, n_positions
+    dot = D * (2 * coordinate_error(N - 1) + EPS * D / 2)
+    return {"norm": D * EPS * np.sqrt(D / 2), "rotation": 4 * EPS, "dot": dot, "spread": dot / (D / 2),
+            **{f"shift_{k}": np.sqrt(D) * coordinate_error(N - 1 + k) for k in offsets}}
+
+
+ROUNDING = "the worst case of float64 rounding of the angles and sums (sinusoidal.rounding_bounds)"
+
+
 def sinusoidal_identities(*, n_positions: int, d_model: int, base: float, offsets: tuple[int, ...],
                           example_columns: tuple[int, ...]) -> Result:
-    """Worst-case errors of the norm, shift and offset identities over a whole table, in float64.
+    """The norm, shift and offset identities checked over a whole table in float64, each cited as the
+    worst-case rounding bound that its largest error stays below (see `rounding_bounds`).
 
     The shift identity is checked for every row n and each offset k in `offsets`, which may exceed
     the table (PE(n + k) is then evaluated directly). The dot-product identity is checked on every
@@ -91,18 +121,19 @@ def sinusoidal_identities(*, n_positions: int, d_model: int, base: float, offset
     S = sinusoidal_table(n_positions, d_model, base)
     n = np.arange(n_positions)
     norm = np.sqrt(d_model / 2)
+    bounds = rounding_bounds(n_positions, d_model, offsets)
     norm_error = np.abs(np.linalg.norm(S, axis=1) - norm).max()
 
-    rows = []
+    rows, shift_errors, rotation_errors = [], [], []
     for k in offsets:
         M = shift_matrix(k, d_model, base)
-        shift_error = np.linalg.norm(encode(n + k, d_model, base) - S @ M.T, axis=1).max()
-        orthogonality_error = np.abs(M.T @ M - np.eye(d_model)).max()
-        scale = np.finfo(np.float64).eps * (n_positions - 1 + k) * np.sqrt(d_model)
-        rows.append((int(k), shift_error, scale, orthogonality_error))
-    columns = ("offset k", "max over n of ‖PE(n+k) − M_k PE(n)‖", "float64 scale ε(N−1+k)√D",
-               "largest entry of M_kᵀM_k − I")
-    shift = Table(columns, tuple(rows), formats=dict.fromkeys(columns[1:], "sci2"))
+        shift_errors.append(np.linalg.norm(encode(n + k, d_model, base) - S @ M.T, axis=1).max())
+        rotation_errors.append(np.abs(M.T @ M - np.eye(d_model)).max())
+        rows.append((int(k), bounds[f"shift_{k}"], "yes" if shift_errors[-1] < bounds[f"shift_{k}"] else "no",
+                     "yes" if rotation_errors[-1] < bounds["rotation"] else "no"))
+    columns = ("offset k", "bound √D·4ε(N+k) on ‖PE(n+k) − M_k PE(n)‖", "every n within the bound",
+               "M_kᵀM_k − I within 4ε")
+    shift = Table(columns, tuple(rows), formats={columns[1]: "sci1"})
 
     closed = offset_dot(np.arange(n_positions), d_model, base)
     dot_error = np.abs(S @ S.T - closed[np.abs(n[:, None] - n[None, :])]).max()
@@ -116,16 +147,19 @@ def sinusoidal_identities(*, n_positions: int, d_model: int, base: float, offset
         "base": Number(base, "g", "base L of the frequencies"),
         "norm": Number(norm, ".4f", "the constant row norm √(D/2)"),
         "norm_sq": Number(d_model // 2, "d", "the squared row norm D/2"),
-        "norm_max_error": Number(norm_error, "sci2", "max over rows of |‖PE(n)‖ − √(D/2)|"),
+        "norm_max_error": Number.bound(norm_error, bounds["norm"], "max over rows of |‖PE(n)‖ − √(D/2)|", ROUNDING),
         "n_offsets": Number(len(offsets), "d", "number of offsets k at which the shift identity is checked"),
         "offset_max": Number(max(offsets), "d", "largest offset checked"),
-        "shift_max_error": Number(max(r[1] for r in rows), "sci2", "max over n, k of ‖PE(n+k) − M_k PE(n)‖"),
-        "shift_error_over_scale": Number(max(r[1] / r[2] for r in rows if r[2] > 0), ".2f",
-                                        "max over k of the shift error in units of ε(N−1+k)√D"),
-        "orthogonality_max_error": Number(max(r[3] for r in rows), "sci2", "max over k of |M_kᵀM_k − I|"),
-        "eps": Number(np.finfo(np.float64).eps, "sci2", "float64 machine epsilon"),
-        "dot_max_error": Number(dot_error, "sci2", "max over all pairs of |PE(m)·PE(n) − Σ cos((n−m)ω_i)|"),
-        "offset_spread_max": Number(np.nanmax(stds), "sci2", "max over k of the std over n of cos(PE(n), PE(n+k))"),
+        "shift_max_error": Number.bound(max(shift_errors), bounds[f"shift_{max(offsets)}"],
+                                        "max over n, k of ‖PE(n+k) − M_k PE(n)‖, below the bound at the largest k",
+                                        ROUNDING),
+        "orthogonality_max_error": Number.bound(max(rotation_errors), bounds["rotation"],
+                                                "max over k of |M_kᵀM_k − I|", ROUNDING),
+        "eps": Number(EPS, "sci2", "float64 machine epsilon"),
+        "dot_max_error": Number.bound(dot_error, bounds["dot"], "max over all pairs of |PE(m)·PE(n) − Σ cos((n−m)ω_i)|",
+                                      ROUNDING),
+        "offset_spread_max": Number.bound(np.nanmax(stds), bounds["spread"],
+                                          "max over k of the std over n of cos(PE(n), PE(n+k))", ROUNDING),
         "cos_offset_1": Number(curve[0], ".4f", "cosine between neighbouring positions, (2/D) Σ cos ω_i"),
         "first_negative_offset": Number(first_negative, "d", "smallest offset with a negative cosine (0: none)"),
         "cos_min": Number(curve.min(), ".4f", "smallest cosine over the offsets in the table"),
@@ -222,6 +256,7 @@ def sinusoidal_vs_learned(tensors: Mapping[str, np.ndarray], shape: ModelShape, 
     """
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
     S = sinusoidal_table(*P.shape, base)
+    spread_bound = rounding_bounds(*P.shape, ())["spread"]
     curves, numbers, ratios = {}, {}, {}
     for key, X in (("learned", P), ("sinusoidal", S)):
         means, stds, _ = mean_by_offset(cosine_matrix(X), exclude=(0,))
@@ -232,8 +267,12 @@ def sinusoidal_vs_learned(tensors: Mapping[str, np.ndarray], shape: ModelShape, 
             f"components_{key}": Number(components_for(ratios[key], fraction), "d",
                                         f"principal components for the fraction of the variance ({key})"),
             f"cos_offset_1_{key}": Number(means[0], ".4f", f"mean cosine between neighbours ({key})"),
-            f"spread_offset_1_{key}": Number(stds[0], "sci2", f"std over n of the neighbour cosine ({key})"),
-            f"spread_max_{key}": Number(np.nanmax(stds), ".3f", f"largest std over n at any offset ({key})"),
+            f"spread_offset_1_{key}": Number.bound(stds[0], spread_bound, "std over n of the neighbour cosine "
+                                                   "(sinusoidal)", ROUNDING) if key == "sinusoidal" else
+                                      Number(stds[0], "sci2", "std over n of the neighbour cosine (learned)"),
+            f"spread_max_{key}": Number(np.nanmax(stds), ".3f", f"largest std over n at any offset ({key})",
+                                        Accuracy(abs=spread_bound, basis=f"rounding: {ROUNDING}")
+                                        if key == "sinusoidal" else None),
             f"first_negative_offset_{key}": Number(first_negative, "d",
                                                    f"smallest offset with a negative mean cosine, 0 if none ({key})"),
             f"cos_min_{key}": Number(np.nanmin(means), ".3f", f"smallest mean cosine over offsets ({key})"),

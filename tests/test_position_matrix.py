@@ -102,3 +102,15 @@ def test_a_trained_last_row_is_caught():
     n = _last_position(P)
     assert n["share_top2"] > 0.8 and n["share_top2_p"] < 1e-10
     assert n["max_abs_cos"] > 0.99 and n["max_abs_cos_p"] == 0.0
+
+
+def test_last_row_sd_is_the_sample_standard_deviation():
+    """Last row 1, 2, …, 20: sample variance (ddof 1) = d(d + 1)/12 = 35, so sd = √35 exactly (√33.25 with
+    ddof 0); the row before it is 2 × the same, sd_before = 2√35."""
+    rng = np.random.default_rng(4)
+    x = np.arange(1.0, 21.0)
+    P = np.vstack([rng.standard_normal((28, 20)), 2 * x[::-1], x])
+    n = _last_position(P)
+    assert n["sd"] == pytest.approx(np.sqrt(35), rel=1e-12)
+    assert n["sd_before"] == pytest.approx(2 * np.sqrt(35), rel=1e-12)
+    assert n["sd_over_init"] == pytest.approx(np.sqrt(35) / 0.01, rel=1e-12)

@@ -165,3 +165,79 @@ def test_minimum_offset_is_the_first_minimum_of_the_rotation_score(phi, omega):
     expected = delta[np.argmin(np.cos(omega * delta - phi))]
     assert minimum_offset(phi, omega) == pytest.approx(expected, abs=1e-3)
     assert 0 <= minimum_offset(phi, omega) < 50
+
+
+def uniform_heads(n_ctx: int):
+    """Layer-0 tensors with W_Q = b_Q = 0: every score is 0, so each causal row i attends 1/(i + 1) to each key j ≤ i."""
+    from analyses.engine.sources import ModelShape
+
+    D, H, dh = 8, 1, 4
+    rng = np.random.default_rng(3)
+    tensors = {"W_pos": rng.standard_normal((n_ctx, D)), "blocks.0.attn.W_Q": np.zeros((H, D, dh)),
+               "blocks.0.attn.W_K": rng.standard_normal((H, D, dh)), "blocks.0.attn.b_Q": np.zeros((H, dh)),
+               "blocks.0.attn.b_K": rng.standard_normal((H, dh)), "blocks.0.ln1.w": np.ones(D),
+               "blocks.0.ln1.b": np.zeros(D)}
+    return tensors, ModelShape("uniform", "gpt2", D, n_ctx, 1, H, 10, 4 * D, "pre")
+
+
+def registered_params(name: str) -> dict:
+    import analyses.positional_attention  # noqa: F401  (registers the analyses)
+    from analyses.engine.registry import _REGISTRY
+
+    return dict(_REGISTRY[name].params)
+
+
+def test_query_rows_start_at_min_query():
+    """Averages are over queries i ≥ min_query (causal) and min_query ≤ i < n − min_query (bidirectional)."""
+    np.testing.assert_array_equal(query_rows(16, True, 8), np.arange(8, 16))
+    np.testing.assert_array_equal(query_rows(16, False, 4), np.arange(4, 12))
+
+
+def test_head_statistics_average_exactly_the_queries_from_min_query():
+    """Uniform causal pattern, n = 16, min_query = 8, queries i = 8…15: mean |i − j| = mean(i/2) = 23/4 exactly,
+    mass on key 0 (= on i, = on i − 1) = (1/8) Σ_{i=8}^{15} 1/(i + 1) = (H₁₆ − H₈)/8. Row 7 would give 11/2."""
+    from fractions import Fraction
+
+    from analyses.positional_attention import positional_attention
+
+    tensors, shape = uniform_heads(16)
+    n = positional_attention(tensors, shape, min_query=8, key_mass=0.2, local_width=32, max_offset=4, zoom=8,
+                             pool=4).numbers
+    mass = float(sum(Fraction(1, i + 1) for i in range(8, 16)) / 8)
+    assert n["head0_mean_distance"].value == pytest.approx(23 / 4, rel=1e-12)
+    for key in ("mass_first", "mass_self", "mass_prev"):
+        assert n[f"head0_{key}"].value == pytest.approx(mass, rel=1e-12)
+
+
+def test_registered_key_mass_is_the_documented_threshold():
+    """The chapter's mass figure draws the threshold as 'a dashed line at 0.2' (report/attention.qmd)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "report" / "attention.qmd").read_text()
+    documented = float(re.search(r"dashed line at ([0-9.]+)", text).group(1))
+    assert registered_params("positional_attention")["key_mass"] == documented == 0.2
+
+
+def test_classify_at_the_registered_threshold():
+    """With the registered params a key-mass of exactly key_mass (or 1.5×) passes, and one just below fails."""
+    params = registered_params("positional_attention")
+    t = params["key_mass"]
+    for label, key in (("current-token", "mass_self"), ("previous-token", "mass_prev"),
+                       ("first-position", "mass_first")):
+        for value, expected in ((t, (label,)), (1.5 * t, (label,)), (t - 1e-9, ("local window",))):
+            stats = {"mass_self": 0.0, "mass_prev": 0.0, "mass_first": 0.0, "half_width": 1} | {key: value}
+            assert classify(stats, key_mass=t, local_width=params["local_width"]) == expected, (key, value)
+
+
+def test_positional_attention_uses_the_key_mass_it_is_given():
+    """Uniform causal pattern, n = 4, queries 1…3: mass on i, i − 1 and 0 are each (1/2 + 1/3 + 1/4)/3 = 13/36
+    ≈ 0.361, above the registered 0.2 (and below 0.4): all three key classes."""
+    from analyses.positional_attention import positional_attention
+
+    params = registered_params("positional_attention")
+    tensors, shape = uniform_heads(4)
+    result = positional_attention(tensors, shape, min_query=1, key_mass=params["key_mass"],
+                                  local_width=params["local_width"], max_offset=2, zoom=4, pool=2)
+    assert result.numbers["head0_mass_self"].value == pytest.approx(13 / 36, rel=1e-12)
+    assert result.tables["heads"].column("class") == ["current-token + previous-token + first-position"]

@@ -10,11 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from analyses.engine.results import Number
 from analyses.toolkit.linalg import cosine_matrix, mean_by_offset
 from analyses.sinusoidal import (
     encode,
     frequencies,
     offset_dot,
+    rounding_bounds,
     shift_matrix,
     sinusoidal_components,
     sinusoidal_identities,
@@ -143,19 +145,32 @@ def test_offset_dot_edge_cases():
     np.testing.assert_allclose(offset_dot([-3, 3], 64)[0], offset_dot([3], 64)[0], rtol=0, atol=0)
 
 
-def test_identities_analysis_reports_errors_at_float_precision():
-    result = sinusoidal_identities(n_positions=128, d_model=32, base=10000.0, offsets=(0, 1, 127, 128, 1000),
-                                   example_columns=(0, 31))
+def test_identities_are_cited_as_the_rounding_bounds_they_stay_below():
+    offsets = (0, 1, 127, 128, 1000)
+    result = sinusoidal_identities(n_positions=128, d_model=32, base=10000.0, offsets=offsets, example_columns=(0, 31))
     numbers = {k: v.value for k, v in result.numbers.items()}
+    bounds = rounding_bounds(128, 32, offsets)
     assert numbers["norm"] == np.sqrt(16) and numbers["norm_sq"] == 16
-    assert numbers["norm_max_error"] <= 2 * 32 * EPS
-    assert numbers["shift_max_error"] <= np.sqrt(32) * coordinate_tolerance(127 + 1000)
-    assert numbers["shift_error_over_scale"] < 4
-    assert numbers["orthogonality_max_error"] <= 4 * EPS
-    assert numbers["dot_max_error"] <= 32 * coordinate_tolerance(128)
-    assert numbers["offset_spread_max"] <= 32 * EPS * 128
+    assert numbers["norm_max_error"] == bounds["norm"] == 32 * EPS * 4
+    assert numbers["shift_max_error"] == bounds["shift_1000"] == np.sqrt(32) * coordinate_tolerance(127 + 1000)
+    assert numbers["orthogonality_max_error"] == 4 * EPS
+    assert numbers["dot_max_error"] == bounds["dot"] and numbers["offset_spread_max"] == bounds["dot"] / 16
     assert numbers["cos_offset_1"] == pytest.approx(offset_dot([1], 32)[0] / 16, abs=16 * EPS)
-    assert result.tables["shift"].column("offset k") == [0, 1, 127, 128, 1000]
+    shift = result.tables["shift"]
+    assert shift.column("offset k") == list(offsets)
+    assert set(shift.column("every n within the bound")) == set(shift.column("M_kᵀM_k − I within 4ε")) == {"yes"}
+
+
+def test_the_bounds_are_far_below_a_real_violation():
+    """A bound that allowed a wrong identity would certify it: every bound of GPT-2's shape is below 1e-8, while
+    the wrong offset of `test_a_wrong_offset_does_not_pass` errs by more than 0.1."""
+    assert max(rounding_bounds(1024, 768, (100000,)).values()) < 1e-8
+
+
+def test_a_value_at_its_bound_is_refused():
+    with pytest.raises(ValueError, match="not below its bound"):
+        Number.bound(2e-12, 1e-12, "an error", "a test")
+    assert Number.bound(0.5e-12, 1e-12, "an error", "a test").text == "1.0e-12"
 
 
 def test_components_of_a_single_frequency_pair():

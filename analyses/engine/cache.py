@@ -4,9 +4,9 @@ Layout (committed, so the report renders without weights), under the repository 
 
     report/_cache/<scope>/<analysis>/
         manifest.json     input fingerprint, outputs with their sha256, status
-        numbers.json      every cited number: raw value, formatted text, description, declared accuracy
+        numbers.json      every cited number: raw value, formatted text, format, description, declared accuracy
         <table>.md/.csv   tables to embed, and at full precision for reviewers
-        tables.json       the declared accuracy of each numeric column of each table
+        tables.json       the format and declared accuracy of each numeric column of each table
         arrays.json       a summary of each array that feeds a figure, with its declared accuracy
         <figure>.svg/.pdf figures for the web and for print
         status.md         a provenance line, or the reason the analysis was skipped
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analyses.engine.fingerprints import changed_libraries
-from analyses.engine.results import Number, Result, array_summary
+from analyses.engine.results import Number, Result
 
 COMMON = "common"
 CACHE_DIR = Path("report") / "_cache"
@@ -106,7 +106,7 @@ def result_outputs(result: Result, figures: dict[str, dict[str, bytes]], files: 
     """Serialise a result: numbers.json, each table as .md and .csv, each figure in every format."""
     out = Outputs()
     out.add_json("numbers.json", {k: {"value": n.value, "text": n.text, "description": n.description}
-                                  | ({"accuracy": n.accuracy.as_dict()} if isinstance(n, Number) else {})
+                                  | ({"format": n.fmt, "accuracy": n.accuracy.as_dict()} if isinstance(n, Number) else {})
                                   for k, n in result.numbers.items()})
     for name, table in result.tables.items():
         out.add_text(f"{name}.md", table.to_markdown())
@@ -114,7 +114,7 @@ def result_outputs(result: Result, figures: dict[str, dict[str, bytes]], files: 
     if result.tables:
         out.add_json("tables.json", {name: table.accuracy_json() for name, table in result.tables.items()})
     arrays = {name: summary | {"accuracy": result.accuracy_of_array(name).as_dict()}
-              for name, array in result.arrays.items() if (summary := array_summary(array)) is not None}
+              for name, summary in result.array_summaries().items()}
     if arrays:
         out.add_json("arrays.json", arrays)
     for name, rendered in figures.items():

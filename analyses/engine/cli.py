@@ -1,17 +1,20 @@
-"""Command line: `python -m analyses {run,list,status,bench}`.
+"""Command line: `python -m analyses {run,list,status,verify,bench}`.
 
     run [NAMES…] [--model M]… [--weights DIR] [--force] [--prune]   compute what is stale, rebuild the cited files
     list [NAMES…] [--model M]…                                      analyses, what they need, cached status
     status [NAMES…] [--model M]… [--weights DIR]                    check the cache and the cited files
+    verify [NAMES…] [--model M]… [--weights DIR]                    recompute in memory, compare at each
+                                                                    value's declared accuracy
     bench [--baseline [SCRIPT]] [--repeats N]                       cold and warm runs, per analysis, vs a notebook
 
 Models default to the report's (gpt2 and all-MiniLM-L6-v2). GPT-2's weights come from
 --weights DIR, else $GPT2_WEIGHTS, else the Hugging Face hub. The cache lives in the
 repository that contains the working directory (or --root DIR).
 
-Exit codes: 0 done, or everything fresh; 1 (status) something is stale, orphaned or cited
-wrongly; 2 a usage or input error (unknown model or analysis, unusable weights, no
-repository); 3 (status) fresh as far as it could be checked, but some model's weights were
+Exit codes: 0 done, or everything fresh (verify: reproduced); 1 (status) something is stale,
+orphaned or cited wrongly (verify: a value outside its declared accuracy, or a printed string
+changed); 2 a usage or input error (unknown model or analysis, unusable weights, no
+repository); 3 (status, verify) fresh as far as it could be checked, but some model's weights were
 unavailable, so their fingerprints were not checked; 4 an operating-system error (disk full,
 read-only files, permissions); 130 interrupted. Every error is one line on stderr.
 """
@@ -65,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     sub.add_parser("list", parents=[common], help="list analyses, their needs and cached status")
     sub.add_parser("status", parents=[common], help="exit non-zero unless the cache and the cited files are fresh")
+    verify = sub.add_parser("verify", parents=[common], help="recompute in memory (nothing is written) and compare "
+                                                             "with the cache at each value's declared accuracy")
+    verify.add_argument("--jobs", type=_positive, metavar="N", help="analyses computed side by side (default: one per core)")
     bench = sub.add_parser("bench", help="time cold and warm runs, per analysis too, with peak memory")
     bench.add_argument("--baseline", nargs="?", type=Path, const=BASELINE, metavar="SCRIPT",
                        help=f"also time the notebook-style script against the same subset (default: {BASELINE})")
@@ -174,11 +180,40 @@ def _status(args) -> int:
     return 0
 
 
+def _verify(args) -> int:
+    from analyses.engine import verify, workers
+
+    jobs, warnings = _jobs(args)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"BLAS kernel: {', '.join(verify.blas_kernels()) or 'no OpenBLAS loaded'}", flush=True)
+    failed, unchecked = [], []
+
+    def done(job, problems: list[str]) -> None:
+        if problems and problems[0].startswith("not checked"):
+            unchecked.append(job.label)
+        elif problems:
+            failed.append(job.label)
+        print(f"{job.label:45s} {'; '.join(problems) if problems else 'reproduced'}", flush=True)
+
+    verify.recompute(jobs, _cache(args), args.jobs or workers.cores(), done)
+    if failed:
+        print(f"{len(failed)} of {len(jobs)} results not reproduced at their declared accuracy")
+        return EXIT_STALE
+    if unchecked:
+        print(f"reproduced, but {len(unchecked)} results were not checked (weights unavailable)")
+        return EXIT_UNVERIFIED
+    print(f"all {len(jobs)} results reproduced at their declared accuracy")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "bench":
             return _bench(args)
+        if args.command == "verify":
+            return _verify(args)
         return _run(args) if args.command == "run" else _status(args)
     except (WeightsError, RootError) as exc:
         print(f"error: {exc}", file=sys.stderr)

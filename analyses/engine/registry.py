@@ -8,8 +8,8 @@ helpers (`analyses.toolkit`) are subpackages and are never taken for topics.
 
 Each analysis's code hash covers everything on the path from its compute function to the
 bytes committed in the cache: its topic module, every `analyses` module that module uses
-(found through its globals), and every engine module except the command line and the
-benchmark, which shape no output.
+(found through its globals), and every engine module except the command line, the
+benchmark and the recomputation check, which shape no output.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ FileFn = Callable[[Result, ModelShape | None], str]
 """Writes one extra text output (e.g. an interactive HTML view) from a result."""
 
 ENGINE = "analyses.engine"
-FRONT_ENDS = frozenset({"analyses.engine.cli", "analyses.engine.bench", "analyses.__main__"})
-"""Modules that start runs and print, but shape no cached byte: left out of every code hash."""
+FRONT_ENDS = frozenset({"analyses.engine.cli", "analyses.engine.bench", "analyses.engine.verify", "analyses.__main__"})
+"""Modules that start runs, check or print, but shape no cached byte: left out of every code hash."""
 
 
 class UnknownAnalysisError(KeyError):

@@ -23,13 +23,14 @@ def format_value(value: float | int, fmt: str) -> str:
 
     Negative numbers use an ASCII hyphen-minus so they survive HTML and LaTeX alike.
     """
-    if value == 0 and isinstance(value, float):
-        value = 0.0  # -0.0 prints as 0: the sign of a zero is not determined by the computation
     if fmt.startswith("sci"):
         digits = int(fmt[3:] or 2)
         mantissa, exponent = f"{value:.{digits}e}".split("e")
-        return f"{mantissa}e{int(exponent)}"
-    return format(value, fmt)
+        text = f"{mantissa}e{int(exponent)}"
+    else:
+        text = format(value, fmt)
+    # a value that rounds to zero prints without a sign: the sign of rounding noise is not determined
+    return text[1:] if text.startswith("-") and not any(c in "123456789" for c in text.split("e")[0]) else text
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class Accuracy:
 
 
 EXACT = Accuracy(basis="exact: a count, an index, a seed or a constant")
+COUNT_SHARE = Accuracy(basis="exact: a count divided by a count, which IEEE division rounds the same everywhere")
 FLOAT64 = Accuracy(rel=1e-9, basis="float64 arithmetic: BLAS kernels sum in different orders, which moves "
                                    "results by about 1e-13 relative; declared 1e-9, room for conditioning")
 
@@ -150,12 +152,13 @@ def _print_safe(text: str) -> str:
 @dataclass(frozen=True)
 class Table:
     """A table with named columns; `formats` maps a column to its display format in the markdown and
-    `accuracy` a column to its declared accuracy (default: exact integers, float64 floats)."""
+    `accuracy` a column to its declared accuracy, one for the column or one per row (None: the default,
+    exact for integers, float64 rounding for floats)."""
 
     columns: tuple[str, ...]
     rows: tuple[tuple, ...]
     formats: dict[str, str] = field(default_factory=dict)
-    accuracy: dict[str, Accuracy] = field(default_factory=dict)
+    accuracy: dict[str, Accuracy | tuple[Accuracy | None, ...]] = field(default_factory=dict)
 
     def __post_init__(self):
         object.__setattr__(self, "columns", tuple(self.columns))
@@ -169,22 +172,21 @@ class Table:
         i = self.columns.index(name)
         return [row[i] for row in self.rows]
 
-    def accuracy_of(self, column: str, value) -> Accuracy | None:
-        """The accuracy of a numeric cell (None for text)."""
+    def accuracy_of(self, column: str, row: int, value) -> Accuracy | None:
+        """The accuracy of the numeric cell in `row` of `column` (None for text)."""
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return None
-        return self.accuracy.get(column) or (EXACT if isinstance(value, int) else FLOAT64)
+        declared = self.accuracy.get(column)
+        if isinstance(declared, tuple):
+            declared = declared[row]
+        return declared or (EXACT if isinstance(value, int) else FLOAT64)
 
     def accuracy_json(self) -> dict[str, dict]:
-        """The declared accuracy of each numeric column, as cached beside the table."""
-        return {c: self.accuracy_of(c, v).as_dict() for c in self.columns
-                for v in [x for x in self.column(c) if self.accuracy_of(c, x) is not None][:1]}
-
-    def unstable_cells(self) -> list[tuple[int, str]]:
-        """(row, column) of each formatted cell whose printed text a value within its accuracy would change."""
-        return [(i, c) for i, row in enumerate(self.rows) for c, v in zip(self.columns, row)
-                if c in self.formats and self.accuracy_of(c, v) is not None
-                and not printed_stably(v, self.formats[c], self.accuracy_of(c, v))]
+        """The format and the declared accuracy of each numeric cell, by column and row, as cached beside the
+        table (None for a text cell)."""
+        cells = {c: [self.accuracy_of(c, i, v) for i, v in enumerate(self.column(c))] for c in self.columns}
+        return {c: {"format": self.formats.get(c), "accuracy": [a.as_dict() if a else None for a in accuracies]}
+                for c, accuracies in cells.items() if any(accuracies)}
 
     def _cell(self, column: str, value) -> str:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and column in self.formats:
@@ -224,7 +226,15 @@ class Result:
     array_accuracy: dict[str, Accuracy] = field(default_factory=dict)
 
     def accuracy_of_array(self, name: str) -> Accuracy:
-        return self.array_accuracy.get(name, FLOAT64)
+        """The declared accuracy of an array, or of an entry `name.key` of a dict of arrays (its dict's)."""
+        return self.array_accuracy.get(name.split(".")[0], FLOAT64)
+
+    def array_summaries(self) -> dict[str, dict]:
+        """`array_summary` of every numeric array, dicts of arrays flattened to `name.key`."""
+        flat = {f"{name}.{key}" if isinstance(array, dict) else name: value
+                for name, array in self.arrays.items()
+                for key, value in (array.items() if isinstance(array, dict) else [(None, array)])}
+        return {name: summary for name, value in flat.items() if (summary := array_summary(value)) is not None}
 
 
 SUMMARY_STATISTICS = ("mean", "rms", "min", "max", "weighted")
