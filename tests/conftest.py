@@ -38,6 +38,13 @@ def gpt2_config(d=8, n_ctx=16, n_layers=2, n_heads=2, d_vocab=11) -> dict:
             "vocab_size": d_vocab, "n_inner": None}
 
 
+def make_repository(path: Path) -> Path:
+    """An empty report repository (what `--root` must name): `_quarto.yml` with a `report/` folder beside it."""
+    (path / "report").mkdir(parents=True, exist_ok=True)
+    (path / "_quarto.yml").write_text("project: {type: book}\n")
+    return path
+
+
 def write_checkpoint(directory: Path, state: dict, config: dict) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     save_file(state, str(directory / "model.safetensors"))
