@@ -175,6 +175,9 @@ def _stale(jobs: list[Job], cache: Cache, force: bool) -> tuple[dict[str, dict],
         else:
             inputs[job.label] = job.inputs()
             reason = "forced" if force else cache.staleness(job.scope, job.analysis.name, inputs[job.label])
+            if reason is None and job.source is not None and \
+                    cache.manifest(job.scope, job.analysis.name)["shape"] != job.source.shape.as_dict():
+                reason = "its manifest's shape differs from the weights' config"
         if reason is not None:
             reasons[job.label] = reason
     return inputs, reasons
@@ -300,4 +303,4 @@ def status(jobs: list[Job], cache: Cache) -> StatusReport:
     problems += [f"_variables.yml cites {job.label}, which is stale" for job in jobs
                  if job.label in reasons and cache.unverifiable(job.scope, job.analysis.name) is None]
     return StatusReport([(job, reasons.get(job.label)) for job in jobs], orphans(cache), problems,
-                        [str(p.relative_to(cache.root)) for p in cache.leftovers()])
+                        [str(p.relative_to(cache.variables.parent)) for p in cache.leftovers()])
