@@ -96,11 +96,13 @@ def call(capsys, *argv) -> tuple[int, str, str]:
 
 
 def refused(capsys, repo, *argv, expect: str, code: int = cli.EXIT_USAGE) -> None:
-    """`run` with these arguments fails with `code` and one line containing `expect`, and changes nothing."""
+    """`run` with these arguments fails with `code` and one line containing `expect`, changes nothing, and
+    leaves no hidden file (a lock, a temporary) beside the uncommitted timings."""
     before = tree(repo.root)
     got, _, err = call(capsys, "run", "--quiet", *argv)
     assert got == code and expect in one_line(err), err
     assert tree(repo.root) == before
+    assert {p.name for p in repo.root.rglob(".*")} <= {TIMINGS}
 
 
 # ---------------------------------------------------------------------------
