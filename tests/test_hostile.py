@@ -453,7 +453,8 @@ def test_pre_render_on_a_read_only_assets_folder_is_one_line(repo, tmp_path):
     assert done.returncode != 0 and "cannot write report/_assets/plotly.min.js" in one_line(done.stderr)
 
 
-@pytest.mark.parametrize("python, expect", [("/bin/true", "is not a Python"), ("/nonexistent/python", "is not a Python")])
+@pytest.mark.parametrize("python, expect", [("/bin/true", "is not a Python"),
+                                            ("/nonexistent/python", "is not a Python")])
 def test_pre_render_refuses_what_is_not_a_python(repo, python, expect):
     done = _pre_render(repo, python)
     assert done.returncode != 0 and expect in one_line(done.stderr)

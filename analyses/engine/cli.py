@@ -1,7 +1,7 @@
 """Command line: `python -m analyses {run,list,status,bench}`.
 
-    run [NAMES…] [--model M]… [--weights DIR] [--force] [--prune] [--allow-skips]   compute what is stale, rebuild
-                                                                    the cited files
+    run [NAMES…] [--model M]… [--weights DIR] [--force] [--prune] [--allow-skips]
+                                                                    compute what is stale, rebuild the cited files
     list [NAMES…] [--model M]…                                      analyses, what they need, cached status
     status [NAMES…] [--model M]… [--weights DIR]                    check the cache and the cited files
     bench [--baseline [SCRIPT]] [--repeats N]                       cold and warm runs, per analysis, vs a notebook

@@ -3,7 +3,7 @@
 For each (scope, analysis) pair the pipeline computes the input fingerprint (the files it
 reads, its code hash, parameters and library versions). A fresh entry is left alone; a stale
 or missing one is recomputed, or recorded as skipped, with the reason, when the checkpoint
-lacks a tensor the analysis needs. At the end of every run `_variables.yml` and
+lacks a tensor the analysis needs (never in place of a computed result, unless allowed). At the end of every run `_variables.yml` and
 `provenance.md` are rebuilt from the verified cache whenever they differ from it. Nothing is
 locked or written when nothing needs writing.
 """
