@@ -38,6 +38,13 @@ def gpt2_config(d=8, n_ctx=16, n_layers=2, n_heads=2, d_vocab=11) -> dict:
             "vocab_size": d_vocab, "n_inner": None}
 
 
+def make_repository(path: Path) -> Path:
+    """An empty report repository (what `--root` must name): `_quarto.yml` with a `report/` folder beside it."""
+    (path / "report").mkdir(parents=True, exist_ok=True)
+    (path / "_quarto.yml").write_text("project: {type: book}\n")
+    return path
+
+
 def write_checkpoint(directory: Path, state: dict, config: dict) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     save_file(state, str(directory / "model.safetensors"))
@@ -45,13 +52,16 @@ def write_checkpoint(directory: Path, state: dict, config: dict) -> Path:
     return directory
 
 
+TINY_SPEC = ModelSpec("tiny-gpt2", "tiny_gpt2", "test-org/tiny-gpt2", None,
+                      {"family": "gpt2", "d_model": 8, "n_layers": 2, "n_heads": 2, "n_ctx": 16})
+"""A tiny GPT-2-shaped model (hub repo test-org/tiny-gpt2) that tests register."""
+
+
 @pytest.fixture
 def tiny_model(monkeypatch):
-    """Register a tiny GPT-2-shaped model 'tiny-gpt2' (hub repo test-org/tiny-gpt2) for the test's duration."""
-    spec = ModelSpec("tiny-gpt2", "tiny_gpt2", "test-org/tiny-gpt2", None,
-                     {"family": "gpt2", "d_model": 8, "n_layers": 2, "n_heads": 2, "n_ctx": 16})
-    monkeypatch.setitem(sources.MODELS, spec.name, spec)
-    return spec
+    """Register TINY_SPEC, 'tiny-gpt2', for the test's duration."""
+    monkeypatch.setitem(sources.MODELS, TINY_SPEC.name, TINY_SPEC)
+    return TINY_SPEC
 
 
 @pytest.fixture

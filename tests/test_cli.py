@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import make_repository
 
 from analyses.engine import cli
 from analyses.engine.cli import main
@@ -18,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def root(tmp_path):
-    return tmp_path / "repo"
+    return make_repository(tmp_path / "repo")
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import gpt2_config, gpt2_state_dict, write_checkpoint
+from conftest import gpt2_config, gpt2_state_dict, make_repository, write_checkpoint
 
 from analyses import forward_pass as fp
 from analyses.engine import sources
@@ -290,7 +290,7 @@ def tiny_lm(monkeypatch):
 
 def test_whole_chapter_runs_on_a_full_tiny_gpt2(tmp_path, tiny_lm, gpt2_weights, capsys):
     weights = tiny_lm_checkpoint(tmp_path / "tiny", gpt2_weights)
-    root = tmp_path / "repo"
+    root = make_repository(tmp_path / "repo")
     assert main(["run", "--quiet", *CHAPTER, "--model", tiny_lm.name, "--weights", str(weights),
                  "--root", str(root)]) == 0
     out = capsys.readouterr().out
@@ -328,7 +328,7 @@ def test_whole_chapter_runs_on_a_full_tiny_gpt2(tmp_path, tiny_lm, gpt2_weights,
 
 def test_partial_tiny_gpt2_records_every_forward_analysis_as_skipped(tmp_path, tiny_lm, gpt2_weights):
     weights = tiny_lm_checkpoint(tmp_path / "tiny", gpt2_weights, full=False)
-    root = tmp_path / "repo"
+    root = make_repository(tmp_path / "repo")
     assert main(["run", "--quiet", *CHAPTER, "--model", tiny_lm.name, "--weights", str(weights),
                  "--root", str(root)]) == 0
     cache = Cache.at(root)

@@ -152,7 +152,7 @@ def test_hub_source_reads_the_hf_cache_offline(tmp_path, tiny_checkpoint, monkey
 
 def test_hub_source_offline_and_not_cached_says_what_to_do(tmp_path, tiny_model, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(WeightsError, match=r"offline mode.*--weights DIR"):
+    with pytest.raises(WeightsError, match=r"offline \(HF_HUB_OFFLINE.*--weights DIR"):
         hub_source("tiny-gpt2", cache_dir=tmp_path / "empty-cache")
 
 
@@ -243,8 +243,8 @@ def test_non_finite_values_are_refused_when_loaded(tmp_path, tiny_model, bad):
 @pytest.mark.parametrize("config, message", [
     ([1, 2, 3], "must hold a JSON object, not a list"),
     ({k: v for k, v in gpt2_config().items() if k != "n_embd"}, "lacks the key 'n_embd'"),
-    ({**gpt2_config(), "n_embd": "8"}, "'n_embd' must be a positive integer, got \"8\""),
-    ({**gpt2_config(), "n_head": 0}, "'n_head' must be a positive integer, got 0"),
+    ({**gpt2_config(), "n_embd": "8"}, "'n_embd' must be a positive integer within [1, 1e+07], got \"8\""),
+    ({**gpt2_config(), "n_head": 0}, "'n_head' must be a positive integer within [1, 1e+07], got 0"),
     ({**gpt2_config(), "n_head": 3}, "not divisible by n_head=3"),
     ({**gpt2_config(), "layer_norm_epsilon": "tiny"}, "'layer_norm_epsilon' must be a positive number"),
 ])

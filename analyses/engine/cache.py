@@ -16,14 +16,19 @@ Layout (committed, so the report renders without weights), under the repository 
 
 `scope` is a model's slug (``gpt2``, ``minilm``) or ``common`` for analyses that
 need no weights. An entry is replaced as a whole: written to a temporary
-directory, then swapped in by two renames; an interrupted swap is rolled back and
-temporaries are removed on the next write, and a failed write removes its own.
-Nothing takes the write lock unless it is about to write, so a read-only checkout
-whose cache is fresh can be checked and rendered.
+directory, then exchanged with the old one in one atomic rename (two renames where the
+system lacks `renameat2`), so a reader never finds the entry missing; temporaries that an
+interrupted write left are removed on the next write, and a failed write removes its own.
+Each manifest records the sha256 of its own content: an edited manifest is as untrusted as
+an edited output. The write lock is a `flock` on the cache directory itself, so no lock file
+is created, and nothing takes it unless it is about to write: a read-only checkout whose
+cache is fresh can be checked and rendered.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import fcntl
 import hashlib
 import json
@@ -43,10 +48,18 @@ CACHE_DIR = Path("report") / "_cache"
 VARIABLES = "_variables.yml"
 TIMINGS = ".timings.json"
 ROOT_MARKERS = ("_quarto.yml", "report")
+SEAL = "manifest_sha256"
+"""The manifest key holding the sha256 of the rest of the manifest."""
+STATUSES = ("ok", "skipped")
 
 
 class RootError(RuntimeError):
     """No report repository where the cache could live."""
+
+
+def is_root(directory: Path) -> bool:
+    """Whether `directory` is a report repository: it holds both `_quarto.yml` and `report/`."""
+    return (directory / ROOT_MARKERS[0]).is_file() and (directory / ROOT_MARKERS[1]).is_dir()
 
 
 def find_root(start: Path | str | None = None) -> Path:
@@ -54,14 +67,67 @@ def find_root(start: Path | str | None = None) -> Path:
     upwards that holds both `_quarto.yml` and `report/`. Never the installed package's location."""
     here = Path(start or Path.cwd()).resolve()
     for candidate in (here, *here.parents):
-        if (candidate / ROOT_MARKERS[0]).is_file() and (candidate / ROOT_MARKERS[1]).is_dir():
+        if is_root(candidate):
             return candidate
     raise RootError(f"{here} is not inside the report's repository (no _quarto.yml with a report/ folder "
                     "beside it); run from the repository or pass --root DIR")
 
 
+def checked_root(directory: Path) -> Path:
+    """`directory` itself when it is a report repository (what --root names); never a new cache elsewhere."""
+    if not is_root(Path(directory)):
+        raise RootError(f"--root {directory} is not the report's repository (no _quarto.yml with a report/ "
+                        "folder beside it)")
+    return Path(directory)
+
+
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _seal(manifest: dict) -> str:
+    """The sha256 of a manifest without its seal."""
+    body = {k: v for k, v in manifest.items() if k != SEAL}
+    return _sha(json.dumps(body, indent=2, sort_keys=True).encode())
+
+
+def _well_formed(manifest) -> bool:
+    """Whether a parsed manifest has the structure the engine writes (types of every field it reads)."""
+    if not isinstance(manifest, dict) or manifest.get("status") not in STATUSES:
+        return False
+    inputs, outputs, shape = manifest.get("input"), manifest.get("outputs"), manifest.get("shape")
+    return (isinstance(inputs, dict) and isinstance(inputs.get("code"), str)
+            and isinstance(inputs.get("weights") or {}, dict) and isinstance(inputs.get("libraries") or {}, dict)
+            and isinstance(outputs, dict)
+            and all(isinstance(f, str) and "/" not in f and isinstance(d, str) for f, d in outputs.items())
+            and (shape is None or isinstance(shape, dict))
+            and (manifest["status"] == "ok" or isinstance(manifest.get("reason"), str)))
+
+
+def _remove(path: Path) -> None:
+    """Delete a file or a directory tree (whichever is there; nothing when nothing is)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+_RENAME_EXCHANGE, _AT_FDCWD = 2, -100
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two existing paths in one atomic step (Linux `renameat2(RENAME_EXCHANGE)`); False where the
+    system or file system cannot, so the caller falls back to two renames."""
+    renameat2 = getattr(_LIBC, "renameat2", None)
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
 
 
 def _umask() -> int:
@@ -145,44 +211,50 @@ class Cache:
 
     @contextmanager
     def locked(self) -> Iterator[None]:
-        """Hold the cache's write lock (one writer at a time), rolling back any interrupted swap first."""
+        """Hold the cache's write lock (one writer at a time), removing what interrupted writes left first.
+
+        The lock is a flock on the cache directory, so it leaves no file behind."""
         self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".lock", "w") as lock:
+        lock = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                self.recover()
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+            self.recover()
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            os.close(lock)
 
     def _scopes(self) -> list[Path]:
         return sorted(p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")) \
             if self.root.is_dir() else []
 
     def leftovers(self) -> list[Path]:
-        """Temporary or displaced entries that an interrupted write left behind."""
-        return [p for scope in self._scopes() for pattern in (".new-*", ".old-*") for p in scope.glob(pattern)]
+        """What an interrupted write left behind: temporary or displaced entries, temporary copies of the
+        cited files and of the timings, and anything that is not a directory where an entry should be."""
+        entries = [p for scope in self._scopes() for pattern in (".new-*", ".old-*") for p in scope.glob(pattern)]
+        strays = [p for scope in self._scopes() for p in scope.iterdir()
+                  if not p.name.startswith(".") and not p.is_dir()]
+        temporaries = [*self.variables.parent.glob(f".{self.variables.name}.*.tmp"),
+                       *(self.root.glob(".*.tmp") if self.root.is_dir() else ())]
+        return sorted(entries + strays + temporaries)
 
     def recover(self) -> None:
-        """Undo what an interrupted write left: restore a displaced entry, drop temporary ones."""
+        """Undo what an interrupted write left: restore a displaced entry, delete everything else."""
         for path in self.leftovers():
-            if path.name.startswith(".new-"):
-                shutil.rmtree(path, ignore_errors=True)
-                continue
             final = path.parent / path.name[len(".old-"):]
-            if final.exists():
-                shutil.rmtree(path)
-            else:
+            if path.name.startswith(".old-") and path.is_dir() and not os.path.lexists(final):
                 path.rename(final)
+            else:
+                _remove(path)
 
     def manifest(self, scope: str, name: str) -> dict | None:
-        """The entry's manifest, or None when it is missing or unreadable."""
+        """The entry's manifest, or None when it is missing, unreadable or not of the structure written."""
         path = self.entry(scope, name) / "manifest.json"
         try:
             manifest = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             return None
-        return manifest if isinstance(manifest, dict) else None
+        return manifest if _well_formed(manifest) else None
 
     def unverifiable(self, scope: str, name: str) -> str | None:
         """Why the entry's files cannot be trusted as written (a sentence), or None when each output
@@ -190,11 +262,10 @@ class Cache:
         manifest = self.manifest(scope, name)
         if manifest is None:
             return "not computed yet (no readable manifest)"
-        outputs = manifest.get("outputs")
-        if not isinstance(outputs, dict):
-            return "its manifest lists no outputs"
+        if manifest.get(SEAL) != _seal(manifest):
+            return "its manifest was modified after it was written"
         directory = self.entry(scope, name)
-        for file, digest in outputs.items():
+        for file, digest in manifest["outputs"].items():
             path = directory / file
             if not path.is_file():
                 return f"output {file} is missing"
@@ -210,7 +281,7 @@ class Cache:
         manifest = self.manifest(scope, name)
         if manifest is None:
             return "not computed yet (no readable manifest)"
-        old = manifest.get("input", {})
+        old = manifest["input"]
         changed = [k for k in ("code", "params", "figures", "format") if old.get(k) != inputs.get(k)]
         if check_weights and old.get("weights") != inputs.get("weights"):
             changed.insert(0, "weights")
@@ -230,26 +301,32 @@ class Cache:
         """
         outputs.files.pop("manifest.json", None)
         manifest = {**manifest, "outputs": {f: _sha(d) for f, d in sorted(outputs.files.items())}}
+        manifest[SEAL] = _seal(manifest)
         if self.manifest(scope, name) == manifest and self.unverifiable(scope, name) is None:
             return False
         final = self.entry(scope, name)
+        if os.path.lexists(final.parent) and not final.parent.is_dir():
+            _remove(final.parent)  # a stray file where the scope's directory belongs
         final.parent.mkdir(parents=True, exist_ok=True)
         new = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".new-{name}."))
         displaced = final.parent / f".old-{name}"
+        swapped = False
         try:
             new.chmod(0o777 & ~_umask())
             for file, data in outputs.files.items():
                 (new / file).write_bytes(data)
             (new / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-            if final.exists():
-                final.rename(displaced)
-            new.rename(final)
+            swapped = os.path.lexists(final) and _exchange(new, final)  # `new` now holds the old entry
+            if not swapped:
+                if os.path.lexists(final):
+                    final.rename(displaced)
+                new.rename(final)
         except BaseException:
             shutil.rmtree(new, ignore_errors=True)
-            if displaced.exists() and not final.exists():
+            if os.path.lexists(displaced) and not os.path.lexists(final):
                 displaced.rename(final)
             raise
-        shutil.rmtree(displaced, ignore_errors=True)
+        _remove(new if swapped else displaced)
         return True
 
     def entries(self) -> list[tuple[str, str]]:
@@ -266,13 +343,14 @@ class Cache:
     def _timings(self) -> dict[str, dict]:
         try:
             timings = json.loads((self.root / TIMINGS).read_text())
-        except (OSError, json.JSONDecodeError):
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             return {}
         return {k: v for k, v in timings.items() if isinstance(v, dict)} if isinstance(timings, dict) else {}
 
     def timings(self) -> dict[str, float]:
-        """{scope/analysis: wall seconds} of each job's last computation (empty when none was recorded)."""
-        return {k: float(v.get("wall", 0.0)) for k, v in self._timings().items()}
+        """{scope/analysis: wall seconds} of each job's last computation (0 where none, or no number, was recorded)."""
+        return {k: float(wall) if isinstance(wall := v.get("wall"), (int, float)) and not isinstance(wall, bool)
+                else 0.0 for k, v in self._timings().items()}
 
     def record_timings(self, measures: dict[str, dict[str, float]]) -> None:
         """Merge `{scope/analysis: {wall, cpu, peak_mb}}` into the uncommitted timings file."""

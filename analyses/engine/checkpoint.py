@@ -64,11 +64,24 @@ def read_header(path: Path) -> dict[str, dict]:
     return header
 
 
-def finite_or_raise(array: np.ndarray, what: str) -> np.ndarray:
-    """`array` itself when every value is finite; otherwise a WeightsError that says how many are NaN or inf."""
+FLOATING = frozenset({"F64", "F32", "F16", "BF16"})
+"""The safetensors dtypes a weight may have."""
+MAX_MAGNITUDE = 1e4
+"""The largest plausible |value| of a trained weight (GPT-2 small's largest is 17, MiniLM's 12): a value beyond
+it is corruption, not a parameter, and would go straight into cited numbers."""
+
+
+def plausible_or_raise(array: np.ndarray, what: str) -> np.ndarray:
+    """`array` itself when its values are finite, at most MAX_MAGNITUDE in size and, for a matrix, not all
+    zero; otherwise a WeightsError that says which check failed."""
     bad = array.size - int(np.count_nonzero(np.isfinite(array)))
     if bad:
         raise WeightsError(f"{what} holds {bad} non-finite values (NaN or inf) of {array.size}")
+    if array.size and np.abs(array).max() > MAX_MAGNITUDE:
+        raise WeightsError(f"{what} holds a value of {np.abs(array).max():.3g}, beyond the plausible "
+                           f"{MAX_MAGNITUDE:g} for a weight: the file is corrupted")
+    if array.ndim >= 2 and not np.any(array):
+        raise WeightsError(f"{what} is all zeros: not a trained weight matrix")
     return array
 
 

@@ -1,6 +1,7 @@
 """Command line: `python -m analyses {run,list,status,verify,bench}`.
 
-    run [NAMES…] [--model M]… [--weights DIR] [--force] [--prune]   compute what is stale, rebuild the cited files
+    run [NAMES…] [--model M]… [--weights DIR] [--force] [--prune] [--allow-skips]
+                                                                    compute what is stale, rebuild the cited files
     list [NAMES…] [--model M]…                                      analyses, what they need, cached status
     status [NAMES…] [--model M]… [--weights DIR]                    check the cache and the cited files
     verify [NAMES…] [--model M]… [--weights DIR]                    recompute in memory, compare at each
@@ -8,30 +9,50 @@
     bench [--baseline [SCRIPT]] [--repeats N]                       cold and warm runs, per analysis, vs a notebook
 
 Models default to the report's (gpt2 and all-MiniLM-L6-v2). GPT-2's weights come from
---weights DIR, else $GPT2_WEIGHTS, else the Hugging Face hub. The cache lives in the
-repository that contains the working directory (or --root DIR).
+--weights DIR, else $GPT2_WEIGHTS, else the Hugging Face hub; weights named by either must be
+usable. The cache lives in the repository that contains the working directory (or --root DIR,
+which must be the repository).
 
 Exit codes: 0 done, or everything fresh (verify: reproduced); 1 (status) something is stale,
-orphaned or cited wrongly (verify: a value outside its declared accuracy, or a printed string
-changed); 2 a usage or input error (unknown model or analysis, unusable weights, no
-repository); 3 (status, verify) fresh as far as it could be checked, but some model's weights were
-unavailable, so their fingerprints were not checked; 4 an operating-system error (disk full,
-read-only files, permissions); 130 interrupted. Every error is one line on stderr.
+orphaned, left over or cited wrongly (verify: a value outside its declared accuracy, or a printed
+string changed); 2 a usage or input error (unknown model or analysis, unusable weights, a computed
+result that would become skipped, no repository); 3 (status, verify) fresh as far as it could be checked,
+but some model's weights were unavailable (the hub, not named), so their fingerprints were not
+checked; 4 an operating-system error (disk full, read-only files, permissions); 130 interrupted
+(SIGINT); 143 terminated (SIGTERM, handled like SIGINT). Every error is one line on stderr; a
+closed stdout (`status | head -1`) is not an error.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 
-from analyses.engine.cache import Cache, RootError, find_root
+from analyses.engine.cache import Cache, RootError, checked_root, find_root
 from analyses.engine.checkpoint import WeightsError
 from analyses.engine.registry import UnknownAnalysisError
 from analyses.engine.sources import REPORT_MODELS, WEIGHTS_ENV, model_spec, open_source
 
-EXIT_STALE, EXIT_USAGE, EXIT_UNVERIFIED, EXIT_OS, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
+EXIT_STALE, EXIT_USAGE, EXIT_UNVERIFIED, EXIT_OS, EXIT_INTERRUPTED, EXIT_TERMINATED = 1, 2, 3, 4, 130, 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so that it is cleaned up the same way."""
+
+
+def _terminate(signum, frame):
+    raise Terminated
+
+
+def _say(line: str) -> None:
+    """Print a line on stdout; once its reader has gone (`status | head -1`), drop the rest silently."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 class _Parser(argparse.ArgumentParser):
@@ -66,6 +87,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--jobs", type=_positive, metavar="N",
                      help="analyses computed side by side (default: one per core)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--allow-skips", action="store_true",
+                     help="record a computed result as skipped when its inputs went missing (else an error)")
     sub.add_parser("list", parents=[common], help="list analyses, their needs and cached status")
     sub.add_parser("status", parents=[common], help="exit non-zero unless the cache and the cited files are fresh")
     verify = sub.add_parser("verify", parents=[common], help="recompute in memory (nothing is written) and compare "
@@ -82,18 +105,25 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _root(args) -> Path:
+    """The repository: --root, which must be one, or the one containing the working directory."""
+    return checked_root(args.root) if args.root is not None else find_root()
+
+
 def _cache(args) -> Cache:
-    return Cache.at(args.root if args.root is not None else find_root())
+    return Cache.at(_root(args))
 
 
 def _jobs(args):
-    """Plan jobs. A model whose weights are unavailable without being asked for explicitly is planned
-    without them (and named in the warnings); weights named with --weights must open."""
+    """Plan jobs, each model once (however often, or by whichever alias, it is named). Weights that were
+    named (--weights, $GPT2_WEIGHTS) or ship in a package must open; only a model from the hub that cannot
+    be reached is planned without its weights (and named in the warnings)."""
     from analyses.engine.pipeline import plan, select
     from analyses.engine.report import figures_shown
 
+    root = _root(args)
     analyses = select(args.names)
-    models = args.model or list(REPORT_MODELS)
+    models = list(dict.fromkeys(model_spec(model).name for model in args.model or REPORT_MODELS))
     if args.weights is not None and len(models) != 1:
         raise WeightsError("--weights names one directory: choose the model it holds with --model")
     sources, warnings = [], []
@@ -103,11 +133,11 @@ def _jobs(args):
             source.shape, source.fingerprint, source.tensors  # fail now, with one clear message
             sources.append(source)
         except WeightsError as exc:
-            if args.weights is not None or model_spec(model).package:
+            named = args.weights is not None or (model == "gpt2" and os.environ.get(WEIGHTS_ENV))
+            if named or model_spec(model).package:
                 raise
             warnings.append(f"{model}: weights unavailable, checked without them ({exc})")
             sources.append(model_spec(model))
-    root = args.root if args.root is not None else find_root()
     return plan(analyses, sources, figures_shown(root)), warnings
 
 
@@ -118,7 +148,7 @@ BASELINE = Path("../shared/bench/seed_style.py")
 def _bench(args) -> int:
     from analyses.engine.bench import main as bench
 
-    root = args.root if args.root is not None else find_root()
+    root = _root(args)
     script, weights = None, None
     if args.baseline is not None:
         script = args.baseline if args.baseline.is_absolute() else (root / args.baseline).resolve()
@@ -137,13 +167,13 @@ def _run(args) -> int:
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     report = run(jobs, _cache(args), force=args.force, prune=args.prune, progress=not args.quiet,
-                 workers_count=args.jobs)
+                 workers_count=args.jobs, allow_skips=args.allow_skips)
     for job, what in report.done:
-        print(f"{job.label:45s} {what}")
+        _say(f"{job.label:45s} {what}")
     for scope, name in report.pruned:
-        print(f"{scope}/{name:40s} removed (no analysis owns it)")
+        _say(f"{scope}/{name:40s} removed (no analysis owns it)")
     if report.index_written:
-        print("_variables.yml and provenance.md rebuilt from the cache")
+        _say("_variables.yml and provenance.md rebuilt from the cache")
     return 0
 
 
@@ -161,22 +191,22 @@ def _status(args) -> int:
         if reason is None and job.unavailable:
             state += " (weights not checked)"
         extra = f"  [needs {', '.join(job.analysis.needs) or 'no weights'}]" if args.command == "list" else ""
-        print(f"{job.label:45s} {state}{extra}")
+        _say(f"{job.label:45s} {state}{extra}")
     if args.command == "list":
         return 0
     for scope, name in report.orphans:
-        print(f"{scope}/{name:40s} ORPHAN: no analysis owns it (remove with `run --prune`)")
+        _say(f"{scope}/{name:40s} ORPHAN: no analysis owns it (remove with `run --prune`)")
     for path in report.leftovers:
-        print(f"{path:45s} LEFTOVER of an interrupted write (the next `run` removes it)")
+        _say(f"{path:45s} LEFTOVER of an interrupted write (the next `run` removes it)")
     for problem in report.index_problems:
-        print(f"STALE: {problem}")
+        _say(f"STALE: {problem}")
     if report.problems:
-        print(f"{report.problems} problems: run `python -m analyses run`" + (" --prune" if report.orphans else ""))
+        _say(f"{report.problems} problems: run `python -m analyses run`" + (" --prune" if report.orphans else ""))
         return EXIT_STALE
     if report.unverified:
-        print(f"fresh, but {len(report.unverified)} results were not checked against their weights (unavailable)")
+        _say(f"fresh, but {len(report.unverified)} results were not checked against their weights (unavailable)")
         return EXIT_UNVERIFIED
-    print(f"all {len(jobs)} cached results and the cited files are fresh")
+    _say(f"all {len(jobs)} cached results and the cited files are fresh")
     return 0
 
 
@@ -208,6 +238,14 @@ def _verify(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "bench":
@@ -221,9 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     except UnknownAnalysisError as exc:
         print(f"error: {exc.args[0]}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("interrupted: the cache keeps its previous entries (nothing is left half-written)", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        what, code = ("terminated", EXIT_TERMINATED) if isinstance(exc, Terminated) else ("interrupted",
+                                                                                           EXIT_INTERRUPTED)
+        print(f"{what}: the cache keeps its previous entries (nothing is left half-written)", file=sys.stderr)
+        return code
     except OSError as exc:
         where = f": {exc.filename}" if exc.filename else ""
         print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)

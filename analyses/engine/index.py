@@ -42,18 +42,22 @@ class Index:
 
 
 def build(cache: Cache, entries: Iterable[tuple[str, str]]) -> Index:
-    """Both files from the given (scope, analysis) entries: those that are unverifiable are left out."""
+    """Both files from the given (scope, analysis) entries: those that are unverifiable are left out.
+
+    A scope's `model` keys (its shape and weights) are cited only when every verified entry of the scope
+    records the same ones, never from whichever entry comes first."""
     variables: dict = {}
+    models: dict[str, list[dict]] = {}
     rows = ["| scope | analysis | status | weights sha256 | code sha256 |", "|:---|:---|:---|:---|:---|"]
     for scope, name in entries:
         if cache.unverifiable(scope, name):
             continue
         manifest = cache.manifest(scope, name)
         node = variables.setdefault(scope, {})
-        weights = (manifest["input"].get("weights") or {}).get("model.safetensors", "")
+        weights = str((manifest["input"].get("weights") or {}).get("model.safetensors", ""))
         if manifest.get("shape"):
-            model = node.setdefault("model", {k: str(v) for k, v in manifest["shape"].items()})
-            model["sha256"] = weights[:12]
+            models.setdefault(scope, []).append({**{k: str(v) for k, v in manifest["shape"].items()},
+                                                 "sha256": weights[:12]})
         entry = node.setdefault(name, {"status": manifest["status"]})
         if manifest["status"] == "skipped":
             entry["reason"] = manifest["reason"]
@@ -62,6 +66,9 @@ def build(cache: Cache, entries: Iterable[tuple[str, str]]) -> Index:
             entry.update({k: v["text"] for k, v in json.loads(numbers.read_text()).items()})
         rows.append(f"| `{scope}` | `{name}` | {manifest['status']} | `{weights[:12] or '-'}` | "
                     f"`{manifest['input']['code'][:12]}` |")
+    for scope, shapes in models.items():
+        if all(shape == shapes[0] for shape in shapes):
+            variables[scope]["model"] = shapes[0]
     text = HEADER + yaml.dump(variables, Dumper=_Dumper, sort_keys=True, allow_unicode=True, width=1000)
     return Index(text, "\n".join(rows) + "\n")
 

@@ -3,7 +3,7 @@
 For each (scope, analysis) pair the pipeline computes the input fingerprint (the files it
 reads, its code hash, parameters and library versions). A fresh entry is left alone; a stale
 or missing one is recomputed, or recorded as skipped, with the reason, when the checkpoint
-lacks a tensor the analysis needs. At the end of every run `_variables.yml` and
+lacks a tensor the analysis needs (never in place of a computed result, unless allowed). At the end of every run `_variables.yml` and
 `provenance.md` are rebuilt from the verified cache whenever they differ from it. Nothing is
 locked or written when nothing needs writing.
 """
@@ -175,18 +175,36 @@ def _stale(jobs: list[Job], cache: Cache, force: bool) -> tuple[dict[str, dict],
         else:
             inputs[job.label] = job.inputs()
             reason = "forced" if force else cache.staleness(job.scope, job.analysis.name, inputs[job.label])
+            if reason is None and job.source is not None and \
+                    cache.manifest(job.scope, job.analysis.name)["shape"] != job.source.shape.as_dict():
+                reason = "its manifest's shape differs from the weights' config"
         if reason is not None:
             reasons[job.label] = reason
     return inputs, reasons
 
 
+def _refuse_downgrades(jobs: list[Job], cache: Cache) -> None:
+    """A WeightsError, naming the inputs, when a stale job would be recorded as skipped although its cached
+    entry was computed: an input that went missing must not silently replace cited results by a skip."""
+    lost = [(job, job.source.missing(job.needs)) for job in jobs if job.source is not None]
+    lost = [(job, missing) for job, missing in lost
+            if missing and (cache.manifest(job.scope, job.analysis.name) or {}).get("status") == "ok"]
+    if lost:
+        job, missing = lost[0]
+        more = f" (and {len(lost) - 1} more results)" if len(lost) > 1 else ""
+        raise WeightsError(f"{job.label} was computed, but the weights in {job.source.directory} lack "
+                           f"{', '.join(missing)}{more}; refusing to replace computed results by skips "
+                           "(pass --allow-skips to record them as skipped)")
+
+
 def run(jobs: list[Job], cache: Cache, force: bool = False, prune: bool = False, progress: bool = True,
-        workers_count: int | None = None) -> RunReport:
+        workers_count: int | None = None, allow_skips: bool = False) -> RunReport:
     """Bring every job's entry up to date, then the cited files; take the lock only if something changes.
 
     Stale jobs run in forked children, `workers_count` at a time (default: one per core), longest first.
     A job whose model's weights are unavailable must already be fresh on everything but the weights;
-    otherwise nothing is done and a WeightsError says which results need the weights.
+    otherwise nothing is done and a WeightsError says which results need the weights. Unless `allow_skips`,
+    a computed result is never recorded as skipped because an input went missing (a WeightsError instead).
     """
     from tqdm import tqdm
 
@@ -196,6 +214,8 @@ def run(jobs: list[Job], cache: Cache, force: bool = False, prune: bool = False,
     if blocked:
         raise WeightsError(f"{len(blocked)} cached results need recomputing but their model's weights are "
                            f"unavailable: {', '.join(blocked[:4])}{', …' if len(blocked) > 4 else ''}")
+    if not allow_skips:
+        _refuse_downgrades([job for job in jobs if job.label in reasons], cache)
     stray = orphans(cache) if prune else []
     fresh_index = index.build(cache, cited_entries(cache)) if not reasons and not stray else None
     if fresh_index is not None and not cache.leftovers() and not index.differences(index.on_disk(cache), fresh_index):
@@ -256,7 +276,8 @@ def _preload(jobs: list[Job]) -> None:
 
 @dataclass
 class StatusReport:
-    """Each job's staleness, the orphans on disk, and what is wrong with the cited files."""
+    """Each job's staleness, the orphans on disk, what is wrong with the cited files, and what interrupted
+    writes left behind (each one a problem: `run` removes them)."""
 
     jobs: list[tuple[Job, str | None]]
     orphans: list[tuple[str, str]]
@@ -270,7 +291,8 @@ class StatusReport:
 
     @property
     def problems(self) -> int:
-        return sum(reason is not None for _, reason in self.jobs) + len(self.orphans) + len(self.index_problems)
+        return (sum(reason is not None for _, reason in self.jobs) + len(self.orphans) + len(self.index_problems)
+                + len(self.leftovers))
 
 
 def status(jobs: list[Job], cache: Cache) -> StatusReport:
@@ -281,4 +303,4 @@ def status(jobs: list[Job], cache: Cache) -> StatusReport:
     problems += [f"_variables.yml cites {job.label}, which is stale" for job in jobs
                  if job.label in reasons and cache.unverifiable(job.scope, job.analysis.name) is None]
     return StatusReport([(job, reasons.get(job.label)) for job in jobs], orphans(cache), problems,
-                        [str(p.relative_to(cache.root)) for p in cache.leftovers()])
+                        [str(p.relative_to(cache.variables.parent)) for p in cache.leftovers()])

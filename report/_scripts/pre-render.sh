@@ -12,9 +12,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 PY="${ANALYSES_PYTHON:-.venv/bin/python}"
-if ! command -v "$PY" >/dev/null 2>&1; then
-  echo "pre-render: no Python at '$PY' to run the analyses." >&2
-  echo "pre-render: create the project environment (make .venv/.installed) or set ANALYSES_PYTHON." >&2
+# A Python that answers (not just any program that exits 0, such as /bin/true), recent enough.
+if [ "$("$PY" -c 'import sys; print(sys.version_info >= (3, 11))' 2>/dev/null)" != "True" ]; then
+  echo "pre-render: '$PY' is not a Python ≥ 3.11 to run the analyses: create the project environment (make .venv/.installed) or set ANALYSES_PYTHON." >&2
   exit 1
 fi
 
@@ -28,10 +28,13 @@ from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
 target = Path("report/_assets/plotly.min.js")
 js = get_plotlyjs()
-if not target.is_file() or target.read_text(encoding="utf-8") != js:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(".tmp")
-    tmp.write_text(js, encoding="utf-8")
-    tmp.replace(target)
+try:
+    if not target.is_file() or target.read_text(encoding="utf-8") != js:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(js, encoding="utf-8")
+        tmp.replace(target)
+except OSError as exc:
+    raise SystemExit(f"pre-render: cannot write {target} ({exc.strerror or exc}); not rendering.")
 print(f"pre-render: plotly.js {get_plotlyjs_version()} at {target}")
 PY

@@ -1,0 +1,527 @@
+"""What a hostile user tried (issue 19), each case with its documented outcome: the exit code, one line on
+stderr, no cited byte changed, nothing left behind. Every case works on a copy of a small computed repository
+(a tiny synthetic GPT-2 checkpoint, `position_matrix` and `checkpoint_inventory`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from conftest import TINY_SPEC, gpt2_config, gpt2_state_dict, make_repository, write_checkpoint
+from safetensors.numpy import save_file
+
+from analyses.engine import cache as cache_module
+from analyses.engine import cli, sources, workers
+from analyses.engine.cache import TIMINGS, Cache
+from analyses.engine.checkpoint import WeightsError
+from analyses.engine.cli import main
+from analyses.engine.pipeline import Job, run
+from analyses.engine.registry import Analysis
+from analyses.engine.results import Result
+from analyses.engine.sources import WEIGHTS_ENV, local_source, open_source
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+NAMES = ["position_matrix", "checkpoint_inventory"]
+DRIVER = """
+import os, sys, time
+sys.path.insert(0, {tests!r})
+from conftest import TINY_SPEC
+from analyses.engine import pipeline, sources
+sources.MODELS[TINY_SPEC.name] = TINY_SPEC
+if os.environ.get("SLOW_MARKER"):  # each computation announces itself, then takes a minute
+    def slow(*args, **kwargs):
+        open(os.environ["SLOW_MARKER"] + "." + str(os.getpid()), "w").close()
+        time.sleep(60)
+    pipeline.render = slow
+from analyses.engine.cli import main
+sys.exit(main(sys.argv[1:]))
+""".format(tests=str(REPO / "tests"))
+"""`python -m analyses` with the tiny model registered (optionally with slow computations), for subprocesses."""
+
+
+def _state(**changes) -> dict:
+    state = gpt2_state_dict(np.random.default_rng(0), with_wte=False, with_mlp=False)
+    return {**state, **changes}
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    """A repository with both analyses computed on a tiny checkpoint: made once, copied by each test."""
+    base = tmp_path_factory.mktemp("template")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(sources.MODELS, TINY_SPEC.name, TINY_SPEC)
+        write_checkpoint(base / "tiny", _state(), gpt2_config())
+        root = make_repository(base / "repo")
+        assert main(["run", "--quiet", *NAMES, "--model", "tiny-gpt2", "--weights", str(base / "tiny"),
+                     "--root", str(root)]) == 0
+    return base
+
+
+@pytest.fixture
+def repo(template, tmp_path, tiny_model, capsys):
+    base = tmp_path / "t"
+    shutil.copytree(template, base, symlinks=True)
+    capsys.readouterr()
+    root, weights = base / "repo", base / "tiny"
+    return SimpleNamespace(root=root, weights=weights, cache=Cache.at(root),
+                           args=[*NAMES, "--model", "tiny-gpt2", "--weights", str(weights), "--root", str(root)])
+
+
+def tree(root: Path) -> dict[str, bytes | None]:
+    """Every path under the repository with its bytes (None for a directory), the uncommitted timings aside."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() if p.is_file() else None
+            for p in sorted(root.rglob("*")) if p.name != TIMINGS}
+
+
+def one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def call(capsys, *argv) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def refused(capsys, repo, *argv, expect: str, code: int = cli.EXIT_USAGE) -> None:
+    """`run` with these arguments fails with `code` and one line containing `expect`, changes nothing, and
+    leaves no hidden file (a lock, a temporary) beside the uncommitted timings."""
+    before = tree(repo.root)
+    got, _, err = call(capsys, "run", "--quiet", *argv)
+    assert got == code and expect in one_line(err), err
+    assert tree(repo.root) == before
+    assert {p.name for p in repo.root.rglob(".*")} <= {TIMINGS}
+
+
+# ---------------------------------------------------------------------------
+# 1. A manifest is as checked as the files it lists
+
+
+def test_an_edited_manifest_is_recomputed_never_cited(repo, capsys):
+    path = repo.cache.entry("tiny_gpt2", "position_matrix") / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["shape"]["n_ctx"] = 2048
+    path.write_text(json.dumps(manifest))
+    variables = repo.cache.variables.read_bytes()
+    code, out, _ = call(capsys, "status", *repo.args)
+    assert code == cli.EXIT_STALE and "manifest was modified after it was written" in out
+    assert "2048" not in out
+    assert call(capsys, "run", "--quiet", *repo.args)[0] == 0
+    assert repo.cache.variables.read_bytes() == variables and "2048" not in variables.decode()
+    assert call(capsys, "status", *repo.args)[0] == 0
+
+
+def test_a_resealed_manifest_with_another_shape_is_stale(repo, capsys):
+    """A forger who also recomputes the seal: the shape is checked against the weights' config."""
+    path = repo.cache.entry("tiny_gpt2", "position_matrix") / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["shape"]["n_ctx"] = 2048
+    manifest[cache_module.SEAL] = cache_module._seal(manifest)
+    path.write_text(json.dumps(manifest))
+    code, out, _ = call(capsys, "status", *repo.args)
+    assert code == cli.EXIT_STALE and "shape differs from the weights' config" in out
+    variables = repo.cache.variables.read_bytes()
+    assert call(capsys, "run", "--quiet", *repo.args)[0] == 0
+    assert repo.cache.variables.read_bytes() == variables
+
+
+def test_cited_shape_needs_every_entry_to_agree(repo):
+    from analyses.engine import index
+
+    path = repo.cache.entry("tiny_gpt2", "checkpoint_inventory") / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["shape"]["n_ctx"] = 2048
+    manifest[cache_module.SEAL] = cache_module._seal(manifest)
+    path.write_text(json.dumps(manifest))
+    built = index.build(repo.cache, repo.cache.entries()).variables
+    assert "n_ctx" not in built and "2048" not in built
+
+
+@pytest.mark.parametrize("manifest", [{"input": 5}, {"input": {"code": "x"}, "outputs": {}}, [1, 2], "{"])
+def test_a_manifest_of_the_wrong_structure_is_unreadable_and_recomputed(repo, capsys, manifest):
+    path = repo.cache.entry("tiny_gpt2", "position_matrix") / "manifest.json"
+    path.write_text(manifest if isinstance(manifest, str) else json.dumps(manifest))
+    code, out, err = call(capsys, "status", *repo.args)
+    assert code == cli.EXIT_STALE and "no readable manifest" in out and not err
+    assert call(capsys, "run", "--quiet", *repo.args)[0] == 0
+    assert call(capsys, "status", *repo.args)[0] == 0
+
+
+# ---------------------------------------------------------------------------
+# 2. Config values are checked against the tensors and sane bounds
+
+
+@pytest.mark.parametrize("change, expect", [
+    ({"vocab_size": 1}, "'vocab_size' must be a positive integer within [2,"),
+    ({"layer_norm_epsilon": 3.0}, "'layer_norm_epsilon' must be a positive number within"),
+    ({"n_inner": 10 ** 9}, "'n_inner' must be a positive integer within"),
+    ({"n_positions": 2048}, "n_ctx is 2048, tiny-gpt2 has 16"),
+])
+def test_a_bad_config_value_is_refused(repo, capsys, change, expect):
+    (repo.weights / "config.json").write_text(json.dumps({**gpt2_config(), **change}))
+    refused(capsys, repo, *repo.args, expect=expect)
+
+
+def test_a_known_models_cited_sizes_are_checked(tmp_path):
+    config = {**gpt2_config(768, 1024, 12, 12, 50257), "vocab_size": 50000}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(WeightsError, match="d_vocab is 50000, gpt2 has 50257"):
+        local_source("gpt2", tmp_path).shape
+
+
+# ---------------------------------------------------------------------------
+# 3. A computed result never silently becomes "skipped"
+
+
+def test_a_missing_tensor_does_not_turn_computed_results_into_skips(repo, capsys):
+    state = _state()
+    del state["wpe.weight"]
+    save_file(state, str(repo.weights / "model.safetensors"))
+    refused(capsys, repo, *repo.args, expect="tiny_gpt2/position_matrix was computed, but the weights in")
+    assert call(capsys, "status", *repo.args)[0] == cli.EXIT_STALE  # not "all fresh"
+    assert call(capsys, "run", "--quiet", "--allow-skips", *repo.args)[0] == 0  # asked for: recorded as skipped
+    assert repo.cache.manifest("tiny_gpt2", "position_matrix")["status"] == "skipped"
+
+
+def _tokenizer_job(weights: Path) -> Job:
+    analysis = Analysis("tokenized", "Tokenized", lambda tensors, shape: Result(), needs=("tokenizer",))
+    return Job(analysis, "tiny_gpt2", local_source("tiny-gpt2", weights))
+
+
+def test_a_missing_or_partial_tokenizer_is_an_error_not_a_skip(repo):
+    cache = Cache(repo.root / "other", repo.root / "other.yml")
+    for name in ("vocab.json", "merges.txt"):
+        (repo.weights / name).write_text("{}")
+    run([_tokenizer_job(repo.weights)], cache, progress=False)
+    assert cache.manifest("tiny_gpt2", "tokenized")["status"] == "ok"
+    (repo.weights / "merges.txt").unlink()
+    with pytest.raises(WeightsError, match="tokenizer in .* is incomplete: it has vocab.json but lacks merges.txt"):
+        run([_tokenizer_job(repo.weights)], cache, progress=False)
+    (repo.weights / "vocab.json").unlink()
+    with pytest.raises(WeightsError, match="was computed, but the weights in .* lack tokenizer"):
+        run([_tokenizer_job(repo.weights)], cache, progress=False)
+    assert cache.manifest("tiny_gpt2", "tokenized")["status"] == "ok"
+
+
+# ---------------------------------------------------------------------------
+# 4. Implausible weights are refused, naming the tensor and why
+
+
+@pytest.mark.parametrize("wpe, expect", [
+    (np.ones((16, 8), dtype=np.int32), "'wpe.weight' is stored as I32"),
+    (np.where(np.eye(16, 8) > 0, 3e38, 0.5).astype(np.float32), "holds a value of 3e+38"),
+    (np.zeros((16, 8), dtype=np.float32), "'wpe.weight' is all zeros"),
+    (np.full((16, 8), np.nan, dtype=np.float32), "non-finite values"),
+])
+def test_implausible_weights_are_refused(repo, capsys, wpe, expect):
+    save_file(_state(**{"wpe.weight": wpe}), str(repo.weights / "model.safetensors"))
+    refused(capsys, repo, *repo.args, "--force", expect=expect)  # nothing left, .lock included
+
+
+# ---------------------------------------------------------------------------
+# 5. Unusable $GPT2_WEIGHTS is an error, as through --weights
+
+
+def _garbage(directory: Path) -> None:
+    (directory / "model.safetensors").write_bytes(b"not a safetensors file at all")
+
+
+def _wrong_sum(directory: Path) -> None:
+    (directory / "SHA256SUMS").write_text("0" * 64 + "  model.safetensors\n")
+
+
+def _wrong_config(directory: Path) -> None:
+    (directory / "config.json").write_text(json.dumps(gpt2_config()))  # a tiny model is not gpt2
+
+
+@pytest.mark.parametrize("spoil", [_garbage, _wrong_sum, _wrong_config, None])
+@pytest.mark.parametrize("command", ["run", "status"])
+def test_unusable_gpt2_weights_from_the_environment_exit_2(repo, capsys, monkeypatch, spoil, command):
+    directory = repo.root.parent / "gpt2"
+    shutil.copytree(repo.weights, directory)
+    (directory / "config.json").write_text(json.dumps(gpt2_config(768, 1024, 12, 12, 50257)))
+    if spoil is None:
+        directory = directory.with_name("gtp2")  # a mistyped path
+    else:
+        spoil(directory)
+    monkeypatch.setenv(WEIGHTS_ENV, str(directory))
+    before = tree(repo.root)
+    code, _, err = call(capsys, command, "position_matrix", "--model", "gpt2", "--root", str(repo.root))
+    assert code == cli.EXIT_USAGE and one_line(err).startswith("error: ")
+    assert tree(repo.root) == before
+
+
+# ---------------------------------------------------------------------------
+# 6. Nothing is left behind, and what was left is reported and removed
+
+
+def test_a_leftover_temporary_fails_status_and_run_removes_it(repo, capsys):
+    strays = [repo.root / "._variables.yml.abc123.tmp", repo.cache.root / ".provenance.md.x.tmp",
+              repo.cache.root / "tiny_gpt2" / ".new-position_matrix.x"]
+    strays[0].write_text("half")
+    strays[1].write_text("half")
+    strays[2].write_text("a file, not a directory")
+    code, out, _ = call(capsys, "status", *repo.args)
+    assert code == cli.EXIT_STALE and out.count("LEFTOVER") == 3
+    assert call(capsys, "run", "--quiet", *repo.args)[0] == 0
+    assert not any(p.exists() for p in strays)
+    assert call(capsys, "status", *repo.args)[0] == 0
+
+
+def test_a_file_in_place_of_an_entry_does_not_wedge_runs(repo, capsys):
+    entry = repo.cache.entry("tiny_gpt2", "position_matrix")
+    shutil.rmtree(entry)
+    entry.write_text("not an entry")
+    assert call(capsys, "status", *repo.args)[0] == cli.EXIT_STALE
+    for _ in range(2):
+        assert call(capsys, "run", "--quiet", *repo.args)[0] == 0
+    assert entry.is_dir() and call(capsys, "status", *repo.args)[0] == 0
+
+
+MUTATIONS = ("_exchange", "_remove")
+"""The cache's own file-system steps of a write, after each of which a kill is simulated."""
+
+
+@pytest.mark.parametrize("step", range(1, 5))
+def test_a_write_killed_at_any_step_never_leaves_the_entry_missing(repo, monkeypatch, step):
+    """SIGKILL (os._exit: no cleanup runs) after each rename or removal of a write: the entry is always there,
+    complete (what `quarto render` includes before its pre-render step can repair anything)."""
+    cache, count = repo.cache, [0]
+
+    def killing(function):
+        def wrapper(*args, **kwargs):
+            result = function(*args, **kwargs)
+            count[0] += 1
+            if count[0] == step:
+                os._exit(9)
+            return result
+        return wrapper
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for name in MUTATIONS:
+                monkeypatch.setattr(cache_module, name, killing(getattr(cache_module, name)))
+            monkeypatch.setattr(Path, "rename", killing(Path.rename))
+            manifest = {k: v for k, v in cache.manifest("tiny_gpt2", "checkpoint_inventory").items()
+                        if k not in ("outputs", cache_module.SEAL)}
+            outputs = cache_module.Outputs()
+            outputs.add_text("numbers.json", "{}\n")
+            cache.write("tiny_gpt2", "checkpoint_inventory", {**manifest, "title": "rewritten"}, outputs)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert cache.unverifiable("tiny_gpt2", "checkpoint_inventory") is None
+    with cache.locked():
+        pass
+    assert not cache.leftovers()
+
+
+# ---------------------------------------------------------------------------
+# 7. Workers and signals
+
+
+class _Unsendable:
+    def __reduce__(self):
+        raise KeyboardInterrupt  # an interrupt while the child sends its result
+
+
+def test_a_worker_never_runs_the_parents_cleanup(tmp_path):
+    me = os.getpid()
+    try:
+        with pytest.raises(RuntimeError, match="died"):
+            workers.run_all([("x", _Unsendable)], 1, lambda *a: None)
+    finally:
+        (tmp_path / f"cleanup.{os.getpid()}").touch()
+        if os.getpid() != me:
+            os._exit(0)
+    assert [p.name for p in tmp_path.iterdir()] == [f"cleanup.{me}"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_for(predicate, seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def _env(**extra) -> dict:
+    return {**os.environ, "PYTHONPATH": str(REPO), **extra}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_workers_die_with_a_killed_parent(repo, tmp_path):
+    marker = tmp_path / "computing"
+    parent = subprocess.Popen([PYTHON, "-c", DRIVER, "run", "--quiet", "--force", *repo.args],
+                              env=_env(SLOW_MARKER=str(marker)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for(lambda: list(tmp_path.glob("computing.*")))
+    child = int(next(tmp_path.glob("computing.*")).suffix[1:])
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    _wait_for(lambda: not _alive(child), 10)
+
+
+@pytest.mark.parametrize("signum, code, word", [(signal.SIGTERM, cli.EXIT_TERMINATED, "terminated"),
+                                                (signal.SIGINT, cli.EXIT_INTERRUPTED, "interrupted")])
+def test_sigterm_and_sigint_stop_a_run_cleanly(repo, tmp_path, signum, code, word):
+    marker = tmp_path / "computing"
+    before = tree(repo.root)
+    parent = subprocess.Popen([PYTHON, "-c", DRIVER, "run", "--quiet", "--force", *repo.args],
+                              env=_env(SLOW_MARKER=str(marker)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    _wait_for(lambda: list(tmp_path.glob("computing.*")))
+    children = [int(p.suffix[1:]) for p in tmp_path.glob("computing.*")]
+    parent.send_signal(signum)
+    _, err = parent.communicate(timeout=30)
+    assert parent.returncode == code and one_line(err).startswith(word)
+    assert not any(_alive(pid) for pid in children)
+    assert tree(repo.root) == before
+
+
+def test_sigint_during_start_up_is_one_line(repo):
+    """Ctrl-C while the libraries are still being imported (as soon as NumPy's core is loaded)."""
+    process = subprocess.Popen([PYTHON, "-m", "analyses", "status", "--root", str(repo.root)], cwd=REPO,
+                               env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: "_multiarray_umath" in Path(f"/proc/{process.pid}/maps").read_text(), 30)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == cli.EXIT_INTERRUPTED and one_line(err).startswith("interrupted")
+
+
+# ---------------------------------------------------------------------------
+# 8. One line instead of a traceback
+
+
+@pytest.mark.parametrize("sums", [b"stray line\n", b"\x80\x81\xfe\xff" * 8])
+def test_a_bad_checksum_file_is_one_line(repo, capsys, sums):
+    (repo.weights / "SHA256SUMS").write_bytes(sums)
+    refused(capsys, repo, *repo.args, expect="SHA256SUMS")
+
+
+def test_a_garbage_tokenizer_is_a_weights_error(repo):
+    (repo.weights / "vocab.json").write_text("{ garbage")
+    (repo.weights / "merges.txt").write_text("#version: 0.2\n")
+    with pytest.raises(WeightsError, match="tokenizer files in .* cannot be read"):
+        local_source("tiny-gpt2", repo.weights).tensors.tokenize("a")
+
+
+@pytest.mark.parametrize("timings", ['"slow"', '{"tiny_gpt2/position_matrix": {"wall": "slow"}}', "\x80"])
+def test_garbage_timings_are_ignored(repo, capsys, timings):
+    (repo.cache.root / TIMINGS).write_bytes(timings.encode("latin-1"))
+    assert call(capsys, "run", "--quiet", "--force", *repo.args)[0] == 0
+
+
+def _pre_render(repo, python: str, **env) -> subprocess.CompletedProcess:
+    """The book's pre-render step in the test repository (its script, beside the repository's `analyses`)."""
+    scripts = repo.root / "report" / "_scripts"
+    scripts.mkdir(exist_ok=True)
+    shutil.copy(REPO / "report" / "_scripts" / "pre-render.sh", scripts)
+    return subprocess.run(["bash", str(scripts / "pre-render.sh")], env=_env(ANALYSES_PYTHON=python, **env),
+                          capture_output=True, text=True, timeout=120)
+
+
+def _analyses_run_passes(tmp_path) -> str:
+    """A Python that runs `-c` and `-` for real but answers `-m analyses run` with success, as a fresh cache does."""
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\n[ "$1" = "-m" ] && exit 0\nexec {PYTHON} "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def test_pre_render_on_a_read_only_assets_folder_is_one_line(repo, tmp_path):
+    (repo.root / "report" / "_assets").write_text("a file where the folder belongs")  # root ignores chmod
+    done = _pre_render(repo, _analyses_run_passes(tmp_path))
+    assert done.returncode != 0 and "cannot write report/_assets/plotly.min.js" in one_line(done.stderr)
+
+
+@pytest.mark.parametrize("python, expect", [("/bin/true", "is not a Python"),
+                                            ("/nonexistent/python", "is not a Python")])
+def test_pre_render_refuses_what_is_not_a_python(repo, python, expect):
+    done = _pre_render(repo, python)
+    assert done.returncode != 0 and expect in one_line(done.stderr)
+
+
+def test_pre_render_stops_on_unusable_gpt2_weights(repo, tmp_path):
+    done = _pre_render(repo, PYTHON, GPT2_WEIGHTS=str(tmp_path / "mistyped"))
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if "error" in line or "not rendering" in line]
+    assert any("weights directory not found" in line for line in errors) and "Traceback" not in done.stderr
+
+
+def test_a_python_without_the_packages_is_one_line(repo, tmp_path):
+    bare = shutil.which("python3", path="/usr/bin:/bin")
+    if bare is None or subprocess.run([bare, "-c", "import numpy"], capture_output=True).returncode == 0:
+        pytest.skip("no system Python without NumPy here")
+    done = subprocess.run([bare, "-m", "analyses", "status"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == cli.EXIT_USAGE and "lacks 'numpy'" in one_line(done.stderr)
+
+
+# ---------------------------------------------------------------------------
+# 9. Smaller ones
+
+
+def test_root_must_be_the_repository(tmp_path, capsys):
+    elsewhere = tmp_path / "not-a-repo"
+    elsewhere.mkdir()
+    code, _, err = call(capsys, "run", "thin_shell", "--root", str(elsewhere))
+    assert code == cli.EXIT_USAGE and "is not the report's repository" in one_line(err)
+    assert not any(elsewhere.iterdir())
+
+
+def test_the_cited_skip_reason_does_not_depend_on_how_the_weights_were_named(tmp_path, monkeypatch):
+    named = open_source("gpt2", tmp_path)
+    monkeypatch.setenv(WEIGHTS_ENV, str(tmp_path))
+    assert open_source("gpt2").origin == named.origin
+
+
+def test_a_closed_stdout_is_not_an_error(repo):
+    process = subprocess.Popen([PYTHON, "-c", DRIVER, "status", *repo.args], env=_env(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process.stdout.close()  # `status | head -0`: the reader is gone before the first line
+    err = process.stderr.read()
+    assert process.wait(timeout=60) == 0 and not err
+
+
+def test_an_unreachable_hub_fails_fast(tmp_path, monkeypatch, tiny_model):
+    from huggingface_hub import constants
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "https://hub.invalid")
+    start = time.monotonic()
+    with pytest.raises(WeightsError, match="hub unreachable"):
+        sources.hub_source("tiny-gpt2", cache_dir=tmp_path)
+    assert time.monotonic() - start < 5
+
+
+def test_a_model_named_twice_or_by_its_alias_is_planned_once(repo, capsys):
+    twice = [*repo.args, "--model", "tiny-gpt2"]
+    code, out, _ = call(capsys, "status", *twice)
+    assert code == 0 and out.count("tiny_gpt2/position_matrix") == 1
+    code, out, _ = call(capsys, "list", "thin_shell", "--model", "minilm", "--model", "all-MiniLM-L6-v2",
+                        "--root", str(repo.root))
+    assert code == 0 and out.count("common/thin_shell") == 1
+    from analyses.engine.cli import _jobs, _parser
+
+    jobs, _ = _jobs(_parser().parse_args(["list", "position_matrix", "--model", "minilm", "--model",
+                                          "all-MiniLM-L6-v2", "--root", str(repo.root)]))
+    assert [job.label for job in jobs] == ["minilm/position_matrix"]
