@@ -273,9 +273,10 @@ def position_token_subspaces(tensors: Mapping[str, np.ndarray], shape: ModelShap
         "sparse_e_missing_max": Number(missing_max / (T_E + missing_max), ".1%",
                                        "largest share of E_c's energy its missing directions can hold"),
         "sparse_e_ratio": Number(share_ratio, ".2f", "E_c's available share there over the dimensions' share"),
-        "sparse_e_z": Number((share_ratio - 1) / share_sd, ".1f",
-                             "z of that ratio against uniformly random rotations of E_c's available energy"),
     }
+    if share_sd > 0:  # zero when the columns are all of R^D
+        numbers["sparse_e_z"] = Number((share_ratio - 1) / share_sd, ".1f",
+                                       "z of that ratio against uniformly random rotations of E_c's available energy")
     arrays |= {"capture": capture, "capture_sd": np.array(capture_sd), "capture_k": np.array(capture_k),
                "S_E": S_E, "S_P": np.linalg.svd(P, compute_uv=False), "rows_E": np.array(shape.d_vocab),
                "rows_P": np.array(P.shape[0])}
