@@ -248,6 +248,15 @@ def position_token_subspaces(tensors: Mapping[str, np.ndarray], shape: ModelShap
     if k_curve > first:
         numbers["capture_rest_ratio"] = Number(float(capture[first:].mean()) / chance, ".2f",
                                                f"mean capture of E's directions {first + 1}–{k_curve} over chance")
+    # how spread E_c's energy is: the missing directions only add to the total, so shares of the available
+    # energy bound the full shares from above, and the count of directions for 90 % from below
+    e_cumulative = np.cumsum(S_E**2) / np.sum(S_E**2)
+    numbers |= {
+        "e_top30_share_max": Number(float(e_cumulative[min(30, available) - 1]), ".1%",
+                                    "upper bound on the share of ‖E_c‖²_F in its top 30 directions"),
+        "e_k90_min": Number(int(np.searchsorted(e_cumulative, 0.9) + 1), "d",
+                            "lower bound on the directions E_c needs for 90 % of its energy"),
+    }
     # Simon's "disjoint index sets": E_c's energy in the embedding dimensions that P's top sparse directions use.
     # Known exactly within E's available directions; each missing direction of E_c (all but the all-ones one,
     # which E_c lacks) has σ² ≤ the last available σ², so at most `missing_max` energy is unaccounted for, and
