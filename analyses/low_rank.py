@@ -20,7 +20,8 @@ from itertools import combinations
 import numpy as np
 
 from analyses.toolkit import plotting
-from analyses.toolkit.linalg import components_for, effective_rank, explained_variance_ratio, top_right_singular_vectors
+from analyses.toolkit.linalg import (components_for, effective_rank, explained_variance_ratio, mass_support, support_union,
+                                     top_right_singular_vectors)
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table
 from analyses.sinusoidal import sinusoidal_table
@@ -49,14 +50,6 @@ def singular_mass(singular_values: np.ndarray, k: int) -> float:
     """m_k = Σ_{i≤k} σ_i² / Σ_i σ_i²: the share of ‖P‖_F² captured by the best rank-k approximation."""
     s2 = np.sort(np.asarray(singular_values, dtype=np.float64))[::-1] ** 2
     return float(s2[:k].sum() / s2.sum())
-
-
-def mass_support(v: np.ndarray, mass: float) -> np.ndarray:
-    """The fewest indices whose squared entries hold at least `mass` of Σ v_j², sorted by index."""
-    v2 = np.asarray(v, dtype=np.float64) ** 2
-    order = np.argsort(-v2, kind="stable")
-    count = int(np.searchsorted(np.cumsum(v2[order]), mass * v2.sum() * (1 - 1e-12)) + 1)
-    return np.sort(order[:count])
 
 
 def participation_ratio(v: np.ndarray) -> float:
@@ -217,7 +210,7 @@ def sparse_directions(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n
     sin_ratios = np.array([participation_ratio(V_sin[:, k]) for k in range(n_vectors)])
     pairs = [jaccard(supports[i], supports[j]) for i, j in combinations(range(n_vectors), 2)]
     union3 = np.unique(np.concatenate(supports[:3]))
-    union = np.unique(np.concatenate(supports))
+    union = support_union(V, mass)
     column_energy = (P**2).sum(axis=0) / (P**2).sum()
     pct = f"{mass * 100:g}%"
     numbers = {

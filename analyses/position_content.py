@@ -28,13 +28,13 @@ import numpy as np
 
 from analyses.attention_spectra import VARIANTS, column_label, input_gain, variant_matrix
 from analyses.engine.registry import register
-from analyses.engine.results import Number, Result, Table, Text, spoken_list
+from analyses.engine.results import Accuracy, Number, Result, Table, Text, spoken_list
 from analyses.engine.sources import ModelShape
 from analyses.toolkit import plotting
-from analyses.toolkit.linalg import top_right_singular_vectors
+from analyses.toolkit.linalg import support_union, top_right_singular_vectors
 from analyses.toolkit.subspaces import (captured, energy_fraction, prefix_energy_fractions, prefix_overlaps,
                                         principal_angles, random_basis, random_energy_moments,
-                                        rotation_trace_moments, sampled_energy_fractions)
+                                        sampled_energy_fractions, trace_ratio)
 
 TOKEN_SUBSPACE = ("E_centred.S", "E_centred.V")
 BAND = (2.5, 97.5)
@@ -80,8 +80,11 @@ def plain_log_ticks(axis) -> None:
 
 def position_token_subspaces(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, ks: tuple[int, ...],
                              angle_ks: tuple[int, ...], capture_k: int, n_random: int, seed: int,
-                             agreement_tol: float) -> Result:
-    """P's energy in E's top-k subspace against random subspaces; principal angles; Simon's capture plot."""
+                             agreement_tol: float, sparse_vectors: int, sparse_mass: float) -> Result:
+    """P's energy in E's top-k subspace against random subspaces; principal angles; Simon's capture plot; E's
+    energy in the dimensions that P's sparse top directions use."""
+    from scipy.stats import beta as beta_law
+
     D = shape.d_model
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
     S_E, V_E = np.asarray(tensors["E_centred.S"]), np.asarray(tensors["E_centred.V"])
@@ -230,13 +233,67 @@ def position_token_subspaces(tensors: Mapping[str, np.ndarray], shape: ModelShap
         "capture_max": Number(float(capture.max()), ".3f", "largest capture of one available direction"),
         "capture_argmax": Number(int(capture.argmax()) + 1, "d", "which direction of E that is"),
     }
+    # E's first direction alone: its capture against the Beta(k/2, (D − k)/2) law of a random subspace's
+    # capture of one unit vector, and corrected for having looked at every available direction
+    p_first = float(beta_law.sf(capture[0], capture_k / 2, (D - capture_k) / 2))
+    numbers |= {
+        "capture_1": Number(float(capture[0]), ".3f", "capture c₁ of E's first direction by P's top subspace"),
+        "capture_1_ratio": Number(float(capture[0]) / chance, ".1f", "c₁ over chance k/D"),
+        "capture_1_p": Number(p_first, "sci0", "one-sided p of c₁ under the Beta(k/2, (D − k)/2) law of a random "
+                                              "subspace"),
+        "capture_1_p_corrected": Number(min(1.0, p_first * k_curve), "sci0",
+                                        "that p times the number of available directions (Bonferroni)"),
+        "capture_n_tested": Number(k_curve, "d", "directions of E whose capture is plotted (the Bonferroni factor)"),
+    }
     if k_curve > first:
         numbers["capture_rest_ratio"] = Number(float(capture[first:].mean()) / chance, ".2f",
                                                f"mean capture of E's directions {first + 1}–{k_curve} over chance")
+    # how spread E_c's energy is: the missing directions only add to the total, so shares of the available
+    # energy bound the full shares from above, and the count of directions for 90 % from below
+    e_cumulative = np.cumsum(S_E**2) / np.sum(S_E**2)
+    numbers |= {
+        "e_top30_share_max": Number(float(e_cumulative[min(30, available) - 1]), ".1%",
+                                    "upper bound on the share of ‖E_c‖²_F in its top 30 directions"),
+        "e_k90_min": Number(int(np.searchsorted(e_cumulative, 0.9) + 1), "d",
+                            "lower bound on the directions E_c needs for 90 % of its energy"),
+    }
+    # Simon's "disjoint index sets": E_c's energy in the embedding dimensions that P's top sparse directions use.
+    # Known exactly within E's available directions; each missing direction of E_c (all but the all-ones one,
+    # which E_c lacks) has σ² ≤ the last available σ², so at most `missing_max` energy is unaccounted for, and
+    # it could fall anywhere: the share lies between t/(T + m) and (t + m)/(T + m).
+    union = support_union(top_right_singular_vectors(P, sparse_vectors), sparse_mass)
+    column_energy = (V_E**2) @ S_E**2  # diag(V S² Vᵀ): E_c's energy per embedding dimension
+    T_E, t_U = float(np.sum(S_E**2)), float(column_energy[union].sum())
+    missing_max = max(D - 1 - available, 0) * float(S_E[-1] ** 2)
+    mask = np.zeros(D)
+    mask[union] = 1
+    share_ratio, share_sd = trace_ratio(V_E * S_E**2 @ V_E.T, np.diag(mask))
+    numbers |= {
+        "sparse_union": Number(len(union), "d", f"dimensions in the union of the {sparse_mass:.0%} supports of P's "
+                                               f"top {sparse_vectors} right singular vectors"),
+        "sparse_union_share_of_d": Number(len(union) / D, ".1%", "their share of the D dimensions"),
+        "sparse_p_energy": Number(float(np.sum(P[:, union] ** 2) / np.sum(P**2)), ".1%",
+                                  "share of ‖P‖²_F in those dimensions"),
+        "sparse_e_energy": Number(t_U / T_E, ".1%", "share of E_c's available energy in those dimensions"),
+        "sparse_e_energy_lo": Number(t_U / (T_E + missing_max), ".1%",
+                                     "lower bound on E_c's full share there (all missing energy elsewhere)"),
+        "sparse_e_energy_hi": Number((t_U + missing_max) / (T_E + missing_max), ".1%",
+                                     "upper bound on that share (all missing energy there)"),
+        "sparse_e_missing_max": Number(missing_max / (T_E + missing_max), ".1%",
+                                       "largest share of E_c's energy its missing directions can hold"),
+        "sparse_e_ratio": Number(share_ratio, ".2f", "E_c's available share there over the dimensions' share"),
+    }
+    if share_sd > 0:  # zero when the columns are all of R^D
+        numbers["sparse_e_z"] = Number((share_ratio - 1) / share_sd, ".1f",
+                                       "z of that ratio against uniformly random rotations of E_c's available energy")
     arrays |= {"capture": capture, "capture_sd": np.array(capture_sd), "capture_k": np.array(capture_k),
                "S_E": S_E, "S_P": np.linalg.svd(P, compute_uv=False), "rows_E": np.array(shape.d_vocab),
                "rows_P": np.array(P.shape[0])}
-    return Result(numbers, tables, arrays)
+    # E_c's smallest singular values come from Gram eigenvalues (`centred_token_svd`), resolved to about
+    # √ε·σ_max; the last one is zero in exact arithmetic (rows are centred), so its value is rounding noise
+    resolution = Accuracy(abs=4 * np.sqrt(np.finfo(np.float64).eps) * float(S_E.max()),
+                          basis="singular values from Gram eigenvalues: resolved to about √ε·σ_max")
+    return Result(numbers, tables, arrays, {"S_E": resolution})
 
 
 def plot_energy(result: Result, shape: ModelShape):
@@ -345,7 +402,7 @@ register(
     "position_token_subspaces", "Overlap of the position and token subspaces", position_token_subspaces,
     needs=("W_pos", *TOKEN_SUBSPACE),
     params={"ks": (10, 30, 100, 300, 500), "angle_ks": (10, 30, 100), "capture_k": 30, "n_random": 200, "seed": 0,
-            "agreement_tol": 1e-4},
+            "agreement_tol": 1e-4, "sparse_vectors": 10, "sparse_mass": 0.9},  # the last two: sparse_directions' own
     figures={"energy": plot_energy, "spectra": plot_spectra, "capture": plot_capture, "angles": plot_angles},
 )
 
@@ -367,14 +424,11 @@ def sum_ratio(T: np.ndarray, Q: np.ndarray) -> np.ndarray:
 def interference_ratio(E: np.ndarray, P: np.ndarray) -> tuple[float, float]:
     """κ = D ‖E Pᵀ‖²_F / (‖E‖²_F ‖P‖²_F) and its standard deviation over uniformly random rotations of P.
 
-    ‖E Pᵀ‖²_F = tr(EᵀE PᵀP) sums the squared dot products of all token–position pairs; a random rotation Q
-    of P gives tr(EᵀE Q PᵀP Qᵀ), whose mean is ‖E‖²‖P‖²/D (κ = 1) and whose sd is exact (toolkit).
+    ‖E Pᵀ‖²_F = tr(EᵀE PᵀP) sums the squared dot products of all token–position pairs; a random rotation of
+    P gives 1 on average (`trace_ratio`, with the exact sd).
     """
     E, P = np.asarray(E, dtype=np.float64), np.asarray(P, dtype=np.float64)
-    A, B = E.T @ E, P.T @ P
-    scale = np.trace(A) * np.trace(B) / E.shape[1]
-    mean, sd = rotation_trace_moments(A, B)
-    return float(np.sum(A * B) / scale), sd / scale
+    return trace_ratio(E.T @ E, P.T @ P)
 
 
 def token_position_sum(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_pairs: int, seed: int,
@@ -567,10 +621,8 @@ def attention_position_content(tensors: Mapping[str, np.ndarray], shape: ModelSh
                   {"stats": stats, "ks": np.array(ks), "primary": np.array(primary_k)})
 
 
-def plot_reading(result: Result, shape: ModelShape):
-    """Enrichment a/(k/D) of every attention matrix in P's and in E's top-k subspaces (log colour, 1 = chance)."""
-    stats, ks, primary = result.arrays["stats"], list(result.arrays["ks"]), int(result.arrays["primary"])
-    ratios = stats[:, :, :, ks.index(primary), 1]
+def reading_heatmaps(ratios: np.ndarray, names: tuple[str, str], bar_label: str, title: str, shape: ModelShape):
+    """Two heatmaps [layer, column] of ratios to 1 (log colour, white = 1), one per subspace, values written in."""
     plotting.pyplot()
     from matplotlib.colors import LogNorm
 
@@ -578,20 +630,30 @@ def plot_reading(result: Result, shape: ModelShape):
     norm = LogNorm(vmin=10**-top, vmax=10**top)
     fig, axes = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, 0.25 * ratios.shape[0] + 2.4), sharey=True)
     labels = [column_label(*v).replace(f"W_{v[0]}", f"$W_{v[0]}$") for v in VARIANTS]
-    for s, (ax, name) in enumerate(zip(axes, ("P (position)", "E (tokens)"))):
+    for s, (ax, name) in enumerate(zip(axes, names)):
         image = ax.imshow(ratios[:, :, s], cmap=plotting.DIVERGING, norm=norm, aspect="auto", interpolation="nearest")
         for (layer, c), value in np.ndenumerate(ratios[:, :, s]):
             ax.text(c, layer, f"{value:.2f}", ha="center", va="center", fontsize=7,
                     color="white" if abs(np.log10(value)) > 0.6 * top else "black")
         ax.set_xticks(range(len(VARIANTS)), labels, rotation=90)
-        ax.set_title(f"top-{primary} subspace of {name}")
+        ax.set_title(name)
     axes[0].set_ylabel("layer")
     axes[0].set_yticks(range(ratios.shape[0]))
     bar = fig.colorbar(image, ax=list(axes), fraction=0.04, pad=0.02)
-    bar.set_label("enrichment a / (k/D)\n(log scale, 1 = chance)")
+    bar.set_label(bar_label)
     plain_log_ticks(bar.ax.yaxis)
-    fig.suptitle(f"{shape.name}: what each attention matrix reads ($W_O$: writes), position against tokens")
+    fig.suptitle(title)
     return fig
+
+
+def plot_reading(result: Result, shape: ModelShape):
+    """Enrichment a/(k/D) of every attention matrix in P's and in E's top-k subspaces (log colour, 1 = chance)."""
+    stats, ks, primary = result.arrays["stats"], list(result.arrays["ks"]), int(result.arrays["primary"])
+    return reading_heatmaps(stats[:, :, :, ks.index(primary), 1],
+                            tuple(f"top-{primary} subspace of {name}" for name in ("P (position)", "E (tokens)")),
+                            "enrichment a / (k/D)\n(log scale, 1 = chance)",
+                            f"{shape.name}: what each attention matrix reads ($W_O$: writes), position against tokens",
+                            shape)
 
 
 register(
@@ -602,6 +664,117 @@ register(
     family_needs={"gpt2": ("blocks.*.ln1.w",), "bert": ("embed.ln.w", "blocks.*.ln2.w")},  # `input_gain`
     params={"ks": (10, 30, 100), "primary_k": 30, "strong": 1.5},
     figures={"reading": plot_reading},
+)
+
+
+def energy_grams(tensors: Mapping[str, np.ndarray], shape: ModelShape) -> dict[str, np.ndarray]:
+    """X_cᵀX_c for X = P and E, with X_c = X less each row's mean (what a LayerNorm passes on): P's in full;
+    E's as V S² Vᵀ from its available directions (all of them when W_E is present)."""
+    P = np.asarray(tensors["W_pos"], dtype=np.float64)
+    P_c = P - P.mean(axis=1, keepdims=True)
+    S, V = np.asarray(tensors["E_centred.S"], dtype=np.float64), np.asarray(tensors["E_centred.V"], dtype=np.float64)
+    return {"P": P_c.T @ P_c, "E": (V * S**2) @ V.T}
+
+
+def missing_energy_bounds(S: np.ndarray, V: np.ndarray, B: np.ndarray, D: int) -> tuple[float, float]:
+    """Bounds on r = D tr(A B) / (tr A tr B) for E_c's full A when only its top directions (S, V) are known.
+
+    The D − 1 − k missing directions (E_c lacks the all-ones one) each hold σ² ≤ σ_k², so the missing energy m
+    lies in [0, (D − 1 − k) σ_k²] and adds at most σ_k² tr(Π B) to tr(A B), Π projecting onto the complement
+    of V and of the all-ones vector: r ≥ D t / ((T + m_max) tr B) and r ≤ D (t + σ_k² tr(Π B)) / (T tr B).
+    """
+    S, V, B = (np.asarray(x, dtype=np.float64) for x in (S, V, B))
+    t, T, tr_B = float(np.sum(((V * S**2) @ V.T) * B)), float(np.sum(S**2)), float(np.trace(B))
+    n_missing = D - 1 - V.shape[1]
+    if n_missing <= 0:
+        return D * t / (T * tr_B), D * t / (T * tr_B)
+    ones = np.ones((D, 1)) / np.sqrt(D)
+    in_complement = tr_B - float(np.sum((V.T @ B) * V.T)) - float((ones.T @ B @ ones).item())
+    s2 = float(S[-1] ** 2)
+    return D * t / ((T + n_missing * s2) * tr_B), D * (t + s2 * in_complement) / (T * tr_B)
+
+
+def attention_energy_reading(tensors: Mapping[str, np.ndarray], shape: ModelShape) -> Result:
+    """How strongly every attention matrix reads (W_O: writes) where P's and E's energy is, weighted by it:
+    r_X(W) = D ‖X_c W‖²_F / (‖X_c‖²_F ‖W‖²_F), 1 for a map blind to X's geometry, against W turned by uniformly
+    random rotations (same singular values; exact mean 1 and sd); for E also the range that its missing
+    directions allow, and the value with the second PCA run where there is one."""
+    L, D = shape.n_layers, shape.d_model
+    grams = energy_grams(tensors, shape)
+    S_E, V_E = np.asarray(tensors["E_centred.S"]), np.asarray(tensors["E_centred.V"])
+    replicate = getattr(tensors, "replicate_token_subspace", lambda: None)()
+    gram_b = (np.asarray(replicate[1], dtype=np.float64) * np.asarray(replicate[0], dtype=np.float64) ** 2) @ \
+        np.asarray(replicate[1], dtype=np.float64).T if replicate is not None else None
+    # [layer, column, (r_P, sd_P, r_E, sd_E, r_E lower bound, r_E upper bound, r_E second run)]
+    stats = np.zeros((L, len(VARIANTS), 7))
+    for layer in range(L):
+        gain = input_gain(tensors, shape, layer)
+        for c, (kind, variant) in enumerate(VARIANTS):
+            W, side = variant_matrix(tensors, layer, kind, variant, gain)
+            B = W @ W.T if side == "input" else W.T @ W
+            r_p, sd_p = trace_ratio(grams["P"], B)
+            r_e, sd_e = trace_ratio(grams["E"], B)
+            lo, hi = missing_energy_bounds(S_E, V_E, B, D)
+            r_b = trace_ratio(gram_b, B)[0] if gram_b is not None else r_e
+            stats[layer, c] = (r_p, sd_p, r_e, sd_e, lo, hi, r_b)
+    labels = [column_label(*v) for v in VARIANTS]
+    numbers = {"token_subspace_origin": Text(origin_of(tensors, "E_centred.V"), "where E's directions come from"),
+               "k_available": Number(V_E.shape[1], "d", "directions of E_c available"),
+               "n_layers": Number(L, "d", "layers")}
+    if replicate is not None:
+        numbers["e_replicate_max_rel_diff"] = Number(
+            float(np.max(np.abs(stats[:, :, 6] / stats[:, :, 2] - 1))), ".1%",
+            "largest relative difference of any r_E between the two PCA runs")
+    folded = [c for c, (_, v) in enumerate(VARIANTS) if v == "γ-folded"]
+    for c, (kind, variant) in enumerate(VARIANTS):
+        tag = {"raw": "raw", "γ-folded": "", "output": ""}[variant]
+        key = f"{kind.lower()}{'_' + tag if tag else ''}"
+        for name, (r, sd) in (("p", (0, 1)), ("e", (2, 3))):
+            numbers[f"l0_{key}_{name}"] = Number(stats[0, c, r], ".2f",
+                                                 f"layer 0, {labels[c]}: r_{name.upper()} (1: blind to its geometry)")
+            numbers[f"l0_{key}_{name}_sd"] = Number(stats[0, c, sd], ".2f",
+                                                    f"layer 0, {labels[c]}: sd of r_{name.upper()} over random rotations")
+            if L > 1:
+                numbers[f"later_{key}_{name}_median"] = Number(
+                    float(np.median(stats[1:, c, r])), ".2f", f"median over layers ≥ 1 of {labels[c]}'s r_{name.upper()}")
+        numbers[f"l0_{key}_e_lo"] = Number(stats[0, c, 4], ".2f", f"layer 0, {labels[c]}: lower bound of r_E")
+        numbers[f"l0_{key}_e_hi"] = Number(stats[0, c, 5], ".2f", f"layer 0, {labels[c]}: upper bound of r_E")
+        numbers[f"n_layers_p_over_e_{key}"] = Number(int(np.sum(stats[:, c, 0] > stats[:, c, 5])), "d",
+                                                     f"layers where {labels[c]}'s r_P exceeds r_E's upper bound")
+        numbers[f"n_layers_p_above_{key}"] = Number(int(np.sum(stats[:, c, 0] > 1 + 2 * stats[:, c, 1])), "d",
+                                                    f"layers where {labels[c]}'s r_P is above 1 by more than 2 sd")
+    where = np.unravel_index(int(np.argmax(stats[1:, folded, 0])), (L - 1, len(folded))) if L > 1 else None
+    if where is not None:
+        numbers["later_max_p_folded"] = Number(float(stats[1:, folded, 0].max()), ".2f",
+                                               "largest r_P of a gain-folded W_Q, W_K, W_V in layers ≥ 1")
+        numbers["later_max_p_folded_layer"] = Number(int(where[0]) + 1, "d", "its layer")
+        numbers["later_max_p_folded_matrix"] = Text(labels[folded[where[1]]], "its matrix")
+    numbers["sd_max"] = Number(float(stats[:, :, [1, 3]].max()), ".2f",
+                               "largest sd of r_P or r_E over random rotations, any layer and matrix")
+    rows = tuple((layer, labels[c], stats[layer, c, 0], stats[layer, c, 1], stats[layer, c, 2], stats[layer, c, 4],
+                  stats[layer, c, 5], stats[layer, c, 3]) for layer in range(L) for c in range(len(VARIANTS)))
+    columns = ("layer", "matrix", "r_P", "sd (rotations)", "r_E", "r_E at least", "r_E at most", "sd (rotations) ")
+    table = Table(columns, rows, formats={col: ".2f" for col in columns[2:]})
+    layer0 = Table(columns, tuple(row for row in rows if row[0] == 0), table.formats)
+    return Result(numbers, {"reading": table, "layer0": layer0}, {"stats": stats})
+
+
+def plot_energy_reading(result: Result, shape: ModelShape):
+    """r_P and r_E of every attention matrix (log colour, 1 = blind to the geometry)."""
+    stats = result.arrays["stats"]
+    return reading_heatmaps(stats[:, :, [0, 2]], ("$P_c$ (position)", "$E_c$ (tokens)"),
+                            "energy-weighted reading $r_X$\n(log scale, 1 = blind)",
+                            f"{shape.name}: how strongly each attention matrix reads ($W_O$: writes) "
+                            "where $P$'s and $E$'s energy is", shape)
+
+
+register(
+    "attention_energy_reading", "What the attention weights read, weighted by where P's and E's energy is",
+    attention_energy_reading,
+    needs=("W_pos", *TOKEN_SUBSPACE, "blocks.*.attn.W_Q", "blocks.*.attn.W_K", "blocks.*.attn.W_V",
+           "blocks.*.attn.W_O"),
+    family_needs={"gpt2": ("blocks.*.ln1.w",), "bert": ("embed.ln.w", "blocks.*.ln2.w")},  # `input_gain`
+    figures={"reading": plot_energy_reading},
 )
 
 

@@ -135,7 +135,7 @@ def gram_statistics(X: np.ndarray, pad: int) -> tuple[dict[str, float], dict[str
     for j in range(2):
         stats[f"toeplitz_pc{j + 1}_cycles"] = dominant_frequency(t_vectors[:, j], pad)
     kernel = diagonal_sums(Xc) / (len(Xc) - np.arange(len(Xc)))
-    return stats, {"vectors": vectors, "t_vectors": t_vectors, "kernel": kernel / kernel[0], "G": G, "T": T}
+    return stats, {"vectors": vectors, "kernel": kernel / kernel[0], "G": G, "T": T}
 
 
 def toeplitz_gram(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_draws: int, seed: int, pad: int,

@@ -257,6 +257,136 @@ def test_typed_numbers_are_found_outside_citations():
     assert re.findall(r"\d", without_citations("{{< var gpt2.a.b >}} or 0.5")) == ["0", "5"]
 
 
+# --- one claim, one verdict: the claims tables of the topic chapters against this chapter ------------
+
+CLAIM_ID = re.compile(r'\]\{claim="([\w -]+)"\}')
+NO_COUNTERPART = "none"
+OTHER_MODELS = {"minilm"}
+
+
+def claim_ids(cell: str) -> list[str]:
+    """The ids a claim cell names in its span, [claim text]{claim="id …"}."""
+    found = CLAIM_ID.search(cell)
+    return found.group(1).split() if found else []
+
+
+def leading_verdict(cell: str) -> str | None:
+    """The verdict a topic table's cell starts with (a qualifier may follow), or None."""
+    text = cell.strip().lower()
+    for verdict in sorted(VERDICTS, key=len, reverse=True):
+        if text.startswith(verdict) and not text[len(verdict):len(verdict) + 1].isalpha():
+            return verdict
+    return None
+
+
+def topic_chapters() -> dict[str, str]:
+    return {path.name: path.read_text() for path in sorted((REPO / "report").glob("*.qmd")) if path != CHAPTER}
+
+
+def pairing_problems(claims_text: str, topics: dict[str, str]) -> list[str]:
+    """Every row of a topic chapter's claims table (a table whose first column is a claim and which has a
+    verdict column) names its row in this chapter by id, or says it has none; a paired row's verdict starts
+    with the verdict of its row here. Rows about another model (a "model" cell naming MiniLM) test the claim
+    elsewhere and are not paired; a row with an empty claim cell continues the claim above it."""
+    out: list[str] = []
+    here: dict[str, str] = {}
+    for table in parse(claims_text).values():
+        if table.label not in SOURCES:
+            continue
+        for row in table.rows:
+            for cid in claim_ids(row.cells[0]):
+                if cid in here:
+                    out.append(f"{row.where()}: claim id {cid!r} used twice in the claims chapter")
+                here[cid] = row["verdict"].strip().lower()
+    for name, text in topics.items():
+        for table in parse(text).values():
+            header = table.header
+            if not header or not header[0].startswith("claim") or "verdict" not in header:
+                continue
+            verdict_at, model_at = header.index("verdict"), header.index("model") if "model" in header else None
+            ids: list[str] = []
+            for row in table.rows:
+                where = f"{name}, {table.label}, line {row.line}"
+                if len(row.cells) != len(header):
+                    out.append(f"{where}: {len(row.cells)} cells, expected {len(header)}")
+                    continue
+                other = model_at is not None and row.cells[model_at].strip().lower() in OTHER_MODELS
+                if row.cells[0].strip():
+                    ids = claim_ids(row.cells[0])
+                    if not ids and not other:
+                        out.append(f"{where}: the claim names no row of the claims chapter "
+                                   f'(add {{claim="id"}}, or {{claim="{NO_COUNTERPART}"}})')
+                if other:
+                    continue
+                for cid in ids:
+                    if cid == NO_COUNTERPART:
+                        continue
+                    if cid not in here:
+                        out.append(f"{where}: claim id {cid!r} is not in the claims chapter")
+                    elif leading_verdict(row.cells[verdict_at]) != here[cid]:
+                        out.append(f"{where}: verdict {row.cells[verdict_at]!r}, but the claims chapter says "
+                                   f"{here[cid]!r} for {cid!r}")
+    return out
+
+
+def test_every_claim_in_a_topic_chapter_has_the_verdict_of_the_claims_chapter():
+    found = pairing_problems(chapter_text(), topic_chapters())
+    assert not found, "claims whose verdicts disagree or are not paired:\n" + "\n".join(found)
+
+
+def test_the_pairing_covers_the_topic_chapters_that_hold_claims():
+    """A guard against a parser that finds nothing: the known claims tables are seen and paired."""
+    paired = set()
+    for text in topic_chapters().values():
+        for table in parse(text).values():
+            if table.header and table.header[0].startswith("claim") and "verdict" in table.header:
+                paired.add(table.label)
+    assert {"tbl-position-content-claims", "tbl-low-rank-claims", "tbl-forward-claims"} <= paired
+
+
+def _topic_row(topics: dict[str, str], chapter: str, cid: str) -> tuple[int, list[str]]:
+    lines = topics[chapter].splitlines()
+    i = next(i for i, line in enumerate(lines) if f'{{claim="{cid}"}}' in line)
+    return i, split_cells(lines[i])
+
+
+def _with_line(topics: dict[str, str], chapter: str, i: int, cells: list[str]) -> dict[str, str]:
+    lines = topics[chapter].splitlines()
+    lines[i] = "| " + " | ".join(cells) + " |"
+    return topics | {chapter: "\n".join(lines) + "\n"}
+
+
+def break_topic_verdict(claims, topics):
+    i, cells = _topic_row(topics, "position-content.qmd", "simon-e-spread")
+    return claims, _with_line(topics, "position-content.qmd", i, cells[:-1] + ["not testable here"])
+
+
+def break_claims_verdict(claims, topics):
+    row = next(r for t in parse(claims).values() if t.label in SOURCES for r in t.rows
+               if claim_ids(r.cells[0]) == ["simon-e-spread"])
+    return replace_row(claims, row, with_cell(row, "verdict", "refined")), topics
+
+
+def break_drop_an_id(claims, topics):
+    i, cells = _topic_row(topics, "low-rank-helix.qmd", "simon-sparse")
+    return claims, _with_line(topics, "low-rank-helix.qmd", i,
+                              [cells[0].replace('{claim="simon-sparse"}', "")] + cells[1:])
+
+
+def break_unknown_id(claims, topics):
+    i, cells = _topic_row(topics, "forward-pass.qmd", "padova-mp-edge")
+    return claims, _with_line(topics, "forward-pass.qmd", i, [cells[0].replace("padova-mp-edge", "padova-no-such")]
+                              + cells[1:])
+
+
+@pytest.mark.parametrize("mutate", [break_topic_verdict, break_claims_verdict, break_drop_an_id, break_unknown_id],
+                         ids=lambda f: f.__name__.removeprefix("break_"))
+def test_a_disagreement_between_chapters_is_caught(mutate):
+    claims, topics = chapter_text(), topic_chapters()
+    assert not pairing_problems(claims, topics), "the chapters must agree for this test to mean anything"
+    assert pairing_problems(*mutate(claims, topics)), f"{mutate.__name__} was not caught"
+
+
 # --- mutations: each break must be caught -----------------------------------------------------
 
 def first_row(text: str, verdict: str, label: str | None = None) -> Row:

@@ -7,19 +7,22 @@ import dataclasses
 
 import numpy as np
 import pytest
+from scipy import stats
 from conftest import gpt2_config, gpt2_state_dict, write_checkpoint
 from test_sources import _hub_layout, _sklearn_style_pca
 
 from analyses.engine.cache import Cache
 from analyses.engine.pipeline import Job, run, select
 from analyses.engine.sources import ModelShape, hub_source, local_source, open_source
-from analyses.position_content import (attention_position_content, enrichment_and_z, interference_ratio,
-                                       mlp_input_gain, mlp_position_content, position_token_subspaces, subspace_bases,
+from analyses.engine.registry import all_analyses
+from analyses.position_content import (attention_energy_reading, attention_position_content, enrichment_and_z,
+                                       interference_ratio, missing_energy_bounds, mlp_input_gain, mlp_position_content, position_token_subspaces, subspace_bases,
                                        sum_ratio, token_position_sum)
 from analyses.toolkit.subspaces import random_basis
 
 D = 24
-OVERLAP = {"ks": (3, 6), "angle_ks": (3,), "capture_k": 3, "n_random": 20, "seed": 0, "agreement_tol": 1e-4}
+OVERLAP = {"ks": (3, 6), "angle_ks": (3,), "capture_k": 3, "n_random": 20, "seed": 0, "agreement_tol": 1e-4,
+           "sparse_vectors": 3, "sparse_mass": 0.9}
 
 
 def shape(family="gpt2", d=D, n_layers=2, n_heads=2, n_ctx=40, d_vocab=50) -> ModelShape:
@@ -96,6 +99,50 @@ def test_energy_blocks_and_captures_add_up():
     assert result.numbers["energy_k6"].value == pytest.approx(curve[5])
 
 
+def test_first_direction_capture_has_a_uniform_p_value_under_random_token_directions():
+    """c₁'s p under the Beta(k/2, (D − k)/2) law: 0 when E's first direction lies in P's top subspace, 1 when it
+    is orthogonal to it, and uniform on [0, 1] when E's directions are random."""
+    rng = np.random.default_rng(4)
+    Q = random_basis(D, D, rng)
+    P = planted_position(Q, rng)
+    inside = values(position_token_subspaces({"W_pos": P, **token_subspace(Q)}, shape(), **OVERLAP))
+    assert inside["capture_1"] == pytest.approx(1) and inside["capture_1_p"] == pytest.approx(0, abs=1e-12)
+    outside = values(position_token_subspaces({"W_pos": P, **token_subspace(Q[:, 3:])}, shape(), **OVERLAP))
+    assert outside["capture_1_p"] == pytest.approx(1) and outside["capture_1_p_corrected"] == 1
+    params = OVERLAP | {"n_random": 2}
+    p = np.array([values(position_token_subspaces({"W_pos": P, **token_subspace(random_basis(D, D, rng))}, shape(),
+                                                  **params))["capture_1_p"] for _ in range(400)])
+    assert stats.kstest(p, "uniform").pvalue > 1e-3
+
+
+def test_token_energy_in_the_sparse_columns_of_p_with_the_bounds_of_the_missing_directions():
+    """P on the dimensions 0, 1, 2 (its top vectors are e_0, e_1, e_2); E's directions the unit vectors with known
+    σ: the share is their σ² over all; truncated, the bounds hold the full value."""
+    rng = np.random.default_rng(5)
+    P = np.linalg.qr(rng.standard_normal((40, 3)))[0] * [3.0, 2.0, 1.0] @ np.eye(D)[:3]
+    S = np.linspace(5, 1, D - 1)
+    full = values(position_token_subspaces({"W_pos": P, "E_centred.S": S, "E_centred.V": np.eye(D)[:, :D - 1]},
+                                           shape(), **OVERLAP))
+    share = np.sum(S[:3] ** 2) / np.sum(S**2)
+    assert full["sparse_union"] == 3 and full["sparse_p_energy"] == pytest.approx(1)
+    assert full["sparse_e_energy"] == pytest.approx(share)
+    assert full["sparse_e_energy_lo"] == full["sparse_e_energy_hi"] == pytest.approx(share)  # nothing is missing
+    assert full["sparse_e_ratio"] == pytest.approx(share / (3 / D))
+    k = 10
+    cut = values(position_token_subspaces({"W_pos": P, "E_centred.S": S[:k], "E_centred.V": np.eye(D)[:, :k]},
+                                          shape(), **OVERLAP))
+    m = (D - 1 - k) * S[k - 1] ** 2
+    assert cut["sparse_e_energy_lo"] == pytest.approx(np.sum(S[:3] ** 2) / (np.sum(S[:k] ** 2) + m))
+    assert cut["sparse_e_energy_lo"] <= share <= cut["sparse_e_energy_hi"]
+
+
+def test_sparse_columns_are_those_of_the_sparse_directions_analysis():
+    """One definition of P's sparse columns: the parameters match those the low-rank chapter cites."""
+    analyses = all_analyses()
+    mine, theirs = analyses["position_token_subspaces"].params, analyses["sparse_directions"].params
+    assert (mine["sparse_vectors"], mine["sparse_mass"]) == (theirs["n_vectors"], theirs["mass"])
+
+
 class _WithReplicate(dict):
     def __init__(self, tensors, replicate):
         super().__init__(tensors)
@@ -137,7 +184,8 @@ def test_derived_pca_gives_the_numbers_of_the_full_token_embeddings(tmp_path, ti
     np.save(directory / "derived" / "wte_pca500_a.npy", T)
     np.save(directory / "derived" / "wte_pca500_b.npy", T)
     derived = local_source("tiny-gpt2", directory)
-    params = {"ks": (2, 4), "angle_ks": (2,), "capture_k": 2, "n_random": 10, "seed": 0, "agreement_tol": 1e-4}
+    params = {"ks": (2, 4), "angle_ks": (2,), "capture_k": 2, "n_random": 10, "seed": 0, "agreement_tol": 1e-4,
+              "sparse_vectors": 2, "sparse_mass": 0.9}
     a = position_token_subspaces(full.tensors, full.shape, **params)
     b = position_token_subspaces(derived.tensors, derived.shape, **params)
     for key in ("energy_k2", "energy_k4", "angle_min_k2", "cos2_k2", "z_k4"):
@@ -245,6 +293,61 @@ def test_attention_matrices_reading_planted_subspaces():
     assert n["layers_strong_p"] == "0 and 1"  # W_Q reads only P in both layers
 
 
+def planted_energy_model(rng: np.random.Generator, d=8, n_heads=2, n_layers=2):
+    """Q[:, 0] the all-ones direction; P (row-centred already) on Q[:, 1:3]; E's directions Q[:, 3:]. Every
+    layer: W_Q maps P's plane isotropically (orthonormal rows), W_K and W_V read E's first two directions, W_O
+    writes into E's first two; gains one."""
+    Q = np.linalg.qr(np.column_stack([np.ones(d), rng.standard_normal((d, d - 1))]))[0]
+    tensors = {"W_pos": planted_position(Q[:, 1:], rng, dims=2), "E_centred.S": np.linspace(4, 1, d - 3),
+               "E_centred.V": Q[:, 3:]}
+    frame = random_basis(d, d, rng).T  # orthonormal rows
+    for layer in range(n_layers):
+        maps = {"Q": Q[:, 1:3] @ frame[:2], "K": Q[:, 3:5] @ frame[:2], "V": Q[:, 3:5] @ frame[2:4]}
+        for kind, full in maps.items():
+            tensors[f"blocks.{layer}.attn.W_{kind}"] = heads_in(full, n_heads)
+        tensors[f"blocks.{layer}.attn.W_O"] = (frame[:, :2] @ Q[:, 3:5].T).reshape(n_heads, d // n_heads, d)
+        tensors[f"blocks.{layer}.ln1.w"] = np.ones(d)
+    tensors["embed.ln.w"] = np.ones(d)
+    return tensors, Q
+
+
+def test_energy_weighted_reading_of_planted_maps():
+    """r_P = D/2 for a map isotropic on P's plane, 0 for one that avoids it; r_E from E's σ²; E's bounds from the
+    one missing direction; sds from random rotations are zero for nothing and the table repeats the numbers."""
+    d = 8
+    tensors, Q = planted_energy_model(np.random.default_rng(10), d)
+    result = attention_energy_reading(tensors, shape(d=d))
+    n = values(result)
+    S2 = np.linspace(4, 1, d - 3) ** 2
+    for key in ("q", "q_raw"):
+        assert n[f"l0_{key}_p"] == pytest.approx(d / 2) and n[f"l0_{key}_e"] == pytest.approx(0, abs=1e-12)
+    for key in ("k", "v", "o"):
+        assert n[f"l0_{key}_p"] == pytest.approx(0, abs=1e-12)
+        assert n[f"l0_{key}_e"] == pytest.approx(d * S2[:2].sum() / S2.sum() / 2)
+    # E_c misses d − 1 − (d − 3) = 2 directions, P's plane, each with σ² ≤ σ_min²: W_Q, which reads only that
+    # plane, reads E at 0 if they are empty and at most d σ_min² / ΣS² if they are full
+    assert n["l0_q_e_lo"] == pytest.approx(0, abs=1e-12)
+    assert n["l0_q_e_hi"] == pytest.approx(d * S2[-1] / S2.sum())
+    assert n["n_layers_p_over_e_q"] == 2 and n["n_layers_p_over_e_k"] == 0
+    assert result.tables["layer0"].rows[3][2] == pytest.approx(n["l0_q_p"])
+
+
+def test_missing_energy_bounds_hold_the_full_value():
+    rng = np.random.default_rng(11)
+    d = 12
+    E = rng.standard_normal((200, d)) * np.linspace(3, 0.5, d)
+    E_c = E - E.mean(axis=1, keepdims=True)
+    _, S, Vt = np.linalg.svd(E_c, full_matrices=False)
+    for _ in range(20):
+        W = rng.standard_normal((d, d)) * rng.uniform(0.1, 3, d)[:, None]
+        B = W @ W.T
+        truth = d * np.sum((E_c @ W) ** 2) / (np.sum(E_c**2) * np.sum(W**2))
+        for k in (3, 7, d - 1):
+            lo, hi = missing_energy_bounds(S[:k], Vt[:k].T, B, d)
+            assert lo <= truth * (1 + 1e-12) and truth <= hi * (1 + 1e-12), k
+        assert (lo, hi) == pytest.approx((truth, truth))  # k = d − 1: nothing missing
+
+
 def test_the_layernorm_gain_is_folded_into_what_the_attention_reads():
     rng = np.random.default_rng(9)
     tensors = planted_model(rng)
@@ -274,14 +377,16 @@ def test_mlp_reads_planted_token_subspace_through_the_right_gain():
 
 def _small(name: str):
     params = {"position_token_subspaces": {"ks": (2, 4), "angle_ks": (2,), "capture_k": 2, "n_random": 5, "seed": 0,
-                                           "agreement_tol": 1e-4},
+                                           "agreement_tol": 1e-4, "sparse_vectors": 2, "sparse_mass": 0.9},
+              "attention_energy_reading": {},
               "token_position_sum": {"n_pairs": 50, "seed": 0, "ks": (2,)},
               "attention_position_content": {"ks": (2, 4), "primary_k": 2, "strong": 1.5},
               "mlp_position_content": {"ks": (2, 4), "primary_k": 2, "curve_k": 4}}[name]
     return dataclasses.replace(select([name])[0], params=params)
 
 
-NAMES = ("position_token_subspaces", "token_position_sum", "attention_position_content", "mlp_position_content")
+NAMES = ("position_token_subspaces", "token_position_sum", "attention_position_content", "attention_energy_reading",
+         "mlp_position_content")
 
 
 def _run(source, tmp_path):
@@ -313,7 +418,7 @@ def test_partial_tiny_checkpoint_skips_what_it_cannot_compute_and_says_why(tmp_p
     manifests = _run(local_source("tiny-gpt2", tiny_checkpoint), tmp_path / "derived")
     assert {name: m["status"] for name, m in manifests.items()} == {
         "position_token_subspaces": "ok", "token_position_sum": "skipped", "attention_position_content": "ok",
-        "mlp_position_content": "skipped"}
+        "attention_energy_reading": "ok", "mlp_position_content": "skipped"}
     assert "`W_E`" in manifests["token_position_sum"]["reason"]
     assert "`blocks.*.mlp.W_in`" in manifests["mlp_position_content"]["reason"]
     assert "E_centred" not in manifests["mlp_position_content"]["reason"]
@@ -323,4 +428,5 @@ def test_real_gpt2_offline_splits_into_what_it_can_and_cannot_compute(gpt2_weigh
     source = open_source("gpt2", gpt2_weights)
     missing = {name: source.missing(select([name])[0].needs) for name in NAMES}
     assert missing == {"position_token_subspaces": [], "token_position_sum": ["W_E"],
-                       "attention_position_content": [], "mlp_position_content": ["blocks.*.mlp.W_in"]}
+                       "attention_position_content": [], "attention_energy_reading": [],
+                       "mlp_position_content": ["blocks.*.mlp.W_in"]}

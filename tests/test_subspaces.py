@@ -9,7 +9,7 @@ from scipy.linalg import subspace_angles
 
 from analyses.toolkit.subspaces import (captured, energy_fraction, prefix_energy_fractions, prefix_overlaps,
                                         principal_angles, random_basis, random_energy_moments,
-                                        rotation_trace_moments, sampled_energy_fractions)
+                                        rotation_trace_moments, sampled_energy_fractions, trace_ratio)
 
 D = 16
 
@@ -129,6 +129,23 @@ def test_rotation_trace_moments_match_sampling_and_reduce_to_the_projector_case(
     m, s = rotation_trace_moments(X @ X.T, projector)
     assert (m / np.trace(X @ X.T), s / np.trace(X @ X.T)) == pytest.approx(random_energy_moments(X, k))
     assert rotation_trace_moments(np.eye(D), B)[1] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_trace_ratio_is_one_for_a_blind_map_and_d_over_m_for_a_map_onto_the_energy():
+    """r = D tr(AB)/(tr A tr B): 1 when B ∝ I, D/m when B projects onto the m-dimensional span of A's energy
+    with equal weight, 0 when it avoids it; over random rotations its mean is 1 with the stated sd."""
+    rng = np.random.default_rng(12)
+    Q = random_basis(D, D, rng)
+    X = rng.standard_normal((50, 3)) @ Q[:, :3].T  # energy in a 3-dimensional span
+    A = X.T @ X
+    assert trace_ratio(A, 2.5 * np.eye(D)) == pytest.approx((1.0, 0.0), abs=1e-12)
+    assert trace_ratio(A, 4.0 * Q[:, :3] @ Q[:, :3].T)[0] == pytest.approx(D / 3)
+    assert trace_ratio(A, Q[:, 3:] @ Q[:, 3:].T)[0] == pytest.approx(0.0, abs=1e-12)
+    W = rng.standard_normal((D, 6)) * [4, 2, 1, 1, 0.5, 0.1]
+    r, sd = trace_ratio(A, W @ W.T)
+    draws = np.array([trace_ratio(A, (R := random_basis(D, D, rng)) @ W @ W.T @ R.T)[0] for _ in range(4000)])
+    assert abs(draws.mean() - 1) < 4 * sd / np.sqrt(len(draws))
+    assert abs(draws.std() / sd - 1) < 0.08
 
 
 def test_random_basis_is_orthonormal_and_uniform():

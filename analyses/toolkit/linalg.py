@@ -100,3 +100,18 @@ def gram_singular_values(X: np.ndarray) -> np.ndarray:
     gram = T @ stacked if stacked.shape[1] >= stacked.shape[2] else stacked @ T
     values = np.sqrt(np.clip(np.linalg.eigvalsh(gram)[:, ::-1], 0, None))
     return values if X.ndim == 3 else values[0]
+
+
+def mass_support(v: np.ndarray, mass: float) -> np.ndarray:
+    """The fewest indices whose squared entries hold at least `mass` of Σ v_j², sorted by index."""
+    v2 = np.asarray(v, dtype=np.float64) ** 2
+    order = np.argsort(-v2, kind="stable")
+    count = int(np.searchsorted(np.cumsum(v2[order]), mass * v2.sum() * (1 - 1e-12)) + 1)
+    return np.sort(order[:count])
+
+
+def support_union(V: np.ndarray, mass: float) -> np.ndarray:
+    """The indices in the union of the `mass` supports of the columns of V (sorted): where a set of sparse
+    directions lives, e.g. the embedding dimensions that P's top singular vectors use."""
+    V = np.asarray(V, dtype=np.float64)
+    return np.unique(np.concatenate([mass_support(V[:, k], mass) for k in range(V.shape[1])]))

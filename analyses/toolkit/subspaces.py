@@ -78,6 +78,20 @@ def rotation_trace_moments(A: np.ndarray, B: np.ndarray) -> tuple[float, float]:
     return float(mean), float(sd)
 
 
+def trace_ratio(A: np.ndarray, B: np.ndarray) -> tuple[float, float]:
+    """r = D tr(A B) / (tr A tr B) for symmetric positive semi-definite D × D matrices A and B, and its exact
+    standard deviation over uniformly random rotations of one of them (whose mean is exactly 1).
+
+    With A = XᵀX and B = W Wᵀ (a map W that reads R^D through its rows) or WᵀW (one that writes into it),
+    r = D ‖X W‖²_F / (‖X‖²_F ‖W‖²_F): how strongly W acts where X's energy is, relative to a W blind to X's
+    geometry (any W with B ∝ I, or any W after a Haar rotation, on average). With A = EᵀE, B = PᵀP it is the
+    interference of two sets of rows; with B a rank-k projector it is the enrichment a/(k/D) of A's energy.
+    """
+    A, B = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)
+    mean, sd = rotation_trace_moments(A, B)
+    return float(np.sum(A * B.T) / mean), sd / mean
+
+
 def random_energy_moments(W: np.ndarray, k, side: str = "input"):
     """Exact mean k/D and standard deviation of a(W) over uniformly random k-dimensional subspaces of R^D.
 
