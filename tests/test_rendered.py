@@ -446,7 +446,8 @@ def pdf_chapters(pdf_pages) -> dict[str, str]:
     """Each chapter's text: from the page its heading opens to the page before the next one's."""
     starts = {}
     for chapter in chapters():
-        pages = [i for i, text in enumerate(pdf_pages) if text.startswith(chapter.heading())]
+        pages = [i for i, text in enumerate(pdf_pages)  # not a page of the table of contents (dot leaders)
+                 if text.startswith(chapter.heading()) and ". . . . ." not in text]
         assert pages, f"no page opens with the heading {chapter.heading()!r}"
         starts[chapter.name] = pages[0]
     order = sorted(starts.items(), key=lambda kv: kv[1])
