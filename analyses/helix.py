@@ -10,9 +10,9 @@ Measured here:
 * the phase θ(n) = unwrap(atan2(z_2, z_1)): turns = Δθ / 2π, radius r(n) = √(z_1² + z_2²),
   and the pitch, the advance per turn of the one-turn running mean of (z_1, z_2, z_3), over the bulk;
 * THE helix period, the one definition every chapter cites: T = 2π / mean(θ(n+1) − θ(n)) over the
-  bulk, i.e. tokens per turn. Its interval is a moving-block bootstrap of the per-token phase
-  increments (blocks keep the slow drift of the turning rate), and the local periods over equal
-  windows of the bulk show how far the rate itself varies;
+  bulk, i.e. tokens per turn. T is a deterministic function of the weights and of the positions it is
+  averaged over, and the turning rate drifts along the context, so its uncertainty is that choice, not
+  sampling error: T is reported for several edges of the bulk and over equal segments of it;
 * outliers: each position's distance from the straight line through its `window`
   neighbours on one side (the better of the two sides), in units of the median step
   ‖p_{n+1} − p_n‖, all in the full D-dimensional space.
@@ -144,25 +144,25 @@ def helix_period(P: np.ndarray, edge: int = EDGE) -> float:
     return float(2 * np.pi / bulk_phase_increments(P, edge).mean())
 
 
-def block_bootstrap_means(x: np.ndarray, block: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """Means of n_boot moving-block bootstrap resamples of x (blocks of `block` consecutive values, trimmed to len(x))."""
-    x = np.asarray(x, dtype=np.float64)
-    if not 1 <= block <= len(x):
-        raise ValueError(f"need 1 <= block <= {len(x)}, got {block}")
-    n_blocks = -(-len(x) // block)
-    starts = rng.integers(0, len(x) - block + 1, (n_boot, n_blocks))
-    samples = x[starts[..., None] + np.arange(block)].reshape(n_boot, -1)[:, :len(x)]
-    return samples.mean(axis=1)
-
-
 def local_periods(increments: np.ndarray, n_windows: int) -> np.ndarray:
     """2π / mean increment over each of n_windows equal consecutive windows of the bulk (tokens per turn)."""
     return np.array([2 * np.pi / w.mean() for w in np.array_split(increments, n_windows)])
 
 
+def period_sensitivity(P: np.ndarray, edge: int, edges: tuple[int, ...], n_windows: int) -> Table:
+    """The helix period over each bulk edge … n_ctx − edge − 1 (for the edges that keep at least half the
+    positions) and over n_windows equal segments of the bulk at `edge`: how T depends on where it is measured."""
+    n_pos = len(P)
+    rows = [("bulk", e, e, n_pos - e - 1, helix_period(P, e)) for e in edges if n_pos - 2 * e >= n_pos // 2]
+    segments = np.array_split(np.arange(edge, n_pos - edge - 1), n_windows)  # increment i: position i → i + 1
+    rows += [(f"segment {k + 1} of {n_windows}", edge, int(seg[0]), int(seg[-1]) + 1, float(period))
+             for k, (seg, period) in enumerate(zip(segments, local_periods(bulk_phase_increments(P, edge), n_windows)))]
+    tokens = ".0f" if rows[0][-1] >= 100 else ".1f"
+    return Table(("positions", "edge", "from", "to", "tokens per turn"), tuple(rows), formats={"tokens per turn": tokens})
+
+
 def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components: int, edge: int, window: int,
-          fft_pad: int, n_outliers: int, period_block: int, period_boot: int, period_level: float,
-          period_windows: int, seed: int) -> Result:
+          fft_pad: int, n_outliers: int, period_edges: tuple[int, ...], period_windows: int) -> Result:
     """Principal coordinates, sinusoid fits per component, helix turns/radius/pitch, and outlier scores."""
     from scipy.stats import spearmanr
 
@@ -199,10 +199,10 @@ def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components:
     bulk_turns = abs(turns[bulk][-1] - turns[bulk][0])
     increments = bulk_phase_increments(P, edge)
     turn_length = float(2 * np.pi / increments.mean())  # = helix_period(P, edge) = bulk length / turns
-    boot = 2 * np.pi / block_bootstrap_means(increments, period_block, period_boot, np.random.default_rng(seed))
-    tail = (1 - period_level) / 2
-    low, high = np.quantile(boot, [tail, 1 - tail])
     local = local_periods(increments, period_windows)
+    sensitivity = period_sensitivity(P, edge, period_edges, period_windows)
+    by_edge = {row[1]: row[-1] for row in sensitivity.rows if row[0] == "bulk"}
+    edge_low, edge_high = min(by_edge, key=by_edge.get), max(by_edge, key=by_edge.get)
     tokens = ".0f" if turn_length >= 100 else ".1f"  # a few tokens per turn need a decimal
     pitch = axial_rise(Z[bulk, :3], int(round(turn_length))) * turn_length
     radius_bulk = float(np.median(radius[bulk]))
@@ -210,17 +210,17 @@ def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components:
         "turns_total": Number(abs(turns[-1]), ".2f", "turns of (z1, z2) around the origin, position 0 to the last"),
         "turns_bulk": Number(bulk_turns, ".2f", "turns of (z1, z2) over the bulk"),
         "period": Number(turn_length, tokens, "THE helix period: tokens per turn of (z1, z2) over the bulk"),
-        "period_low": Number(float(low), tokens, "lower end of the helix period's bootstrap interval"),
-        "period_high": Number(float(high), tokens, "upper end of the helix period's bootstrap interval"),
-        "period_level": Number(period_level, ".0%", "coverage of that interval"),
-        "period_block": Number(period_block, "d", "block length (tokens) of the moving-block bootstrap"),
-        "period_boot": Number(period_boot, "d", "bootstrap resamples"),
+        "period_edge_low": Number(by_edge[edge_low], tokens, "shortest helix period over the edges of the bulk tried"),
+        "period_edge_low_at": Number(edge_low, "d", "the edge that gives it"),
+        "period_edge_high": Number(by_edge[edge_high], tokens, "longest helix period over the edges of the bulk tried"),
+        "period_edge_high_at": Number(edge_high, "d", "the edge that gives it"),
+        "period_edge_first": Number(min(by_edge), "d", "smallest edge tried"),
+        "period_edge_last": Number(max(by_edge), "d", "largest edge tried"),
         "period_windows": Number(period_windows, "d", "equal windows of the bulk for the local periods"),
         "period_local_min": Number(float(local.min()), tokens, "shortest local period over those windows"),
         "period_local_max": Number(float(local.max()), tokens, "longest local period over those windows"),
         "period_local_first": Number(float(local[0]), tokens, "local period in the first window of the bulk"),
         "period_local_last": Number(float(local[-1]), tokens, "local period in the last window of the bulk"),
-        "seed": Number(seed, "d", "seed of the bootstrap"),
         "cycles_in_context": Number(n_pos / turn_length, ".2f", "context length / helix period"),
         "period_first_edge": Number(edge / abs(turns[edge] - turns[0]), ".0f",
                                     "tokens per turn over the first `edge` positions"),
@@ -258,7 +258,7 @@ def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components:
     arrays = {"Z": Z, "ratios": ratios[:n_components], "turns": turns, "radius": radius, "score": score,
               "fits": np.array([[f.period, f.amplitude, f.phase, f.offset] for f in fits]),
               "bulk_fits": np.array([[f.period, f.amplitude, f.phase, f.offset] for f in bulk_fits])}
-    return Result(numbers, {"frequencies": freq_table, "outliers": outlier_table}, arrays)
+    return Result(numbers, {"frequencies": freq_table, "outliers": outlier_table, "period": sensitivity}, arrays)
 
 
 def _axis_label(result: Result, k: int) -> str:
@@ -345,8 +345,7 @@ def plot_phase(result: Result, shape: ModelShape):
     for a in (ax, ax_r):
         a.axvspan(edge, len(n) - 1 - edge, color="0.92", zorder=0)
     ax.text(len(n) / 2, 0.05, f"bulk: one turn per {result.numbers['period'].text} tokens "
-            f"({result.numbers['period_level'].text} interval {result.numbers['period_low'].text}–"
-            f"{result.numbers['period_high'].text})",
+            f"(local periods {result.numbers['period_local_min'].text}–{result.numbers['period_local_max'].text})",
             ha="center", va="bottom", fontsize=8, transform=ax.get_xaxis_transform())
     ax.set_title(f"{shape.name}: rotation in the PC1–PC2 plane (shaded: the bulk)")
     return fig
@@ -401,8 +400,7 @@ def helix_3d_html(result: Result, shape: ModelShape) -> str:
 register(
     "helix", "The helix traced by the positions", helix,
     needs=("W_pos",), params={"n_components": 6, "edge": EDGE, "window": 4, "fft_pad": 16, "n_outliers": 6,
-                              "period_block": 128, "period_boot": 4000, "period_level": 0.95, "period_windows": 4,
-                              "seed": 0},
+                              "period_edges": (25, 50, 100, 150, 200, 250), "period_windows": 4},
     figures={"helix": plot_helix, "components": plot_components, "phase": plot_phase, "outliers": plot_outliers},
     files={"helix_3d.md": helix_3d_html},
 )

@@ -34,9 +34,10 @@ import numpy as np
 
 from analyses.toolkit import plotting
 from analyses.toolkit.linalg import cosine_matrix, explained_variance_ratio, upper_triangle
+from analyses.toolkit.pvalues import p_value_cell, p_value_text
 from analyses.toolkit.surrogates import phase_randomise
 from analyses.engine.registry import register
-from analyses.engine.results import Number, Result, Table
+from analyses.engine.results import Number, Result, Table, Text
 from analyses.engine.sources import ModelShape
 
 KINDS = ("positions", "dimensions")
@@ -214,6 +215,7 @@ def shuffle_nulls(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_dra
         "threshold": Number(threshold, "g", "|cos| threshold"),
         "n_components": Number(n_components, "d", "principal components in the variance-share statistic"),
         "min_p_value": Number(1 / (1 + n_draws), ".4f", "smallest attainable p-value, 1/(1 + n_draws)"),
+        "floor_cell": Text(p_value_cell(1 / (1 + n_draws), n_draws), "how the table prints a p-value at that floor"),
     }
     rows, arrays = [], {"observed_hists": observed_hists, "observed": observed}
     for offset, null in enumerate(NULLS):
@@ -232,19 +234,20 @@ def shuffle_nulls(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_dra
             numbers[f"{null}_{key}_null_mean"] = Number(mean, ".3f", f"{null} null: mean of {key}")
             p, z = empirical_p_value(null_values, observed[key]), effect_size(null_values, observed[key])
             rows.append((NULL_LABELS[null], similarity_kind, label, observed[key], mean, spread,
-                         float(null_values.max()), p, z if np.isfinite(z) else "unbounded (constant null)"))
+                         float(null_values.max()), p_value_cell(p, n_draws),
+                         z if np.isfinite(z) else "unbounded (constant null)"))
             numbers |= {
                 f"{null}_{key}_null_max": Number(null_values.max(), ".3f", f"{null} null: largest {key} over draws"),
-                f"{null}_{key}_p": Number(p, ".4f", f"{null} null: empirical p-value of {key}"),
+                f"{null}_{key}_p": p_value_text(p, n_draws, f"{null} null: empirical p-value of {key}"),
             }
             if np.isfinite(z):  # JSON has no infinity: a constant null gets no effect-size number
                 numbers[f"{null}_{key}_effect"] = Number(z, ".0f" if abs(z) >= 10 else ".1f",
                                                          f"{null} null: effect size of {key}")
     for key, value in observed.items():
         numbers[f"observed_{key}"] = Number(value, ".3f", f"observed {key}")
-    tested = [r for r in rows if not isinstance(r[7], str)]
+    tested = [r for r in rows if r[7] != "kept exactly"]
     numbers["n_tests"] = Number(len(tested), "d", "null/statistic pairs tested (not kept by construction)")
-    numbers["n_tests_at_floor"] = Number(sum(r[7] == 1 / (1 + n_draws) for r in tested), "d",
+    numbers["n_tests_at_floor"] = Number(sum(isinstance(r[7], str) for r in tested), "d",
                                          "tested pairs whose p-value is the floor 1/(1 + n_draws)")
     table = Table(("null", "similarity", "statistic", "observed", "null mean", "null std", "null max", "p-value",
                    "effect size"), tuple(rows),

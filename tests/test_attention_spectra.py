@@ -193,6 +193,24 @@ def test_qk_antisymmetry_matches_the_dense_map_and_its_closed_forms():
     assert qk_distance(np.array(1.0)) == pytest.approx(0.5)
 
 
+def test_qk_trace_ratio_closed_forms():
+    """s = tr(M²)/‖M‖²_F equals the dense computation; +1 for a symmetric M (K = Q), −1 for an antisymmetric one
+    (M = J), and 1/D on average for independent Gaussian maps (E tr(M²) = D d, E ‖M‖² ≈ D² d)."""
+    from analyses.attention_spectra import qk_trace_ratio
+
+    rng = np.random.default_rng(4)
+    Q, K = rng.standard_normal((5, D, 6)), rng.standard_normal((5, D, 6))
+    s = qk_trace_ratio(Q, K)
+    for h in range(5):
+        M = Q[h] @ K[h].T
+        assert s[h] == pytest.approx(np.trace(M @ M) / np.sum(M * M), rel=1e-10)
+    assert qk_trace_ratio(Q, Q) == pytest.approx(np.ones(5), rel=1e-12)
+    J = np.kron(np.eye(D // 2), np.array([[0.0, 1.0], [-1.0, 0.0]]))
+    assert qk_trace_ratio(np.eye(D), J.T) == pytest.approx(-1.0)
+    big = qk_trace_ratio(rng.standard_normal((400, 64, 8)), rng.standard_normal((400, 64, 8)))
+    assert big.mean() == pytest.approx(1 / 64, abs=0.004)
+
+
 def test_qk_symmetry_finds_a_planted_symmetric_head_and_the_gaussian_level():
     """Random heads sit at the Gaussian level a ≈ √((1 − 1/D)/2); a head with W_K = W_Q is the most symmetric (d = 0)."""
     from analyses.attention_spectra import qk_symmetry
@@ -210,3 +228,21 @@ def test_qk_symmetry_finds_a_planted_symmetric_head_and_the_gaussian_level():
     assert n["d_median"].value == pytest.approx(level / (1 + level), abs=0.02)
     assert result.tables["distances"].rows[1][3] == pytest.approx(0.0, abs=1e-7)
     assert n["most_symmetric"].value.startswith("1.2")
+    assert n["s_max"].value == pytest.approx(1.0) and result.tables["trace_ratio"].rows[1][3] == pytest.approx(1.0)
+    assert n["s_random_mean"].value == pytest.approx(1 / D, abs=3 * n["s_random_sd"].value / np.sqrt(50))
+
+
+def test_qk_symmetry_counts_a_planted_antisymmetric_head_in_the_tail():
+    """A head with W_K = W_Q J (M = W_Q Jᵀ W_Qᵀ, antisymmetric) has s = −1, lies below every Gaussian draw, and is
+    the only head named in the antisymmetric tail."""
+    from analyses.attention_spectra import qk_symmetry
+
+    rng = np.random.default_rng(6)
+    shape = ModelShape("planted", "gpt2", D, 8, 1, 4, 10, 4 * D, "pre")
+    d_head = D // 4
+    J = np.kron(np.eye(d_head // 2), np.array([[0.0, 1.0], [-1.0, 0.0]]))
+    tensors = {f"blocks.0.attn.W_{kind}": rng.standard_normal((4, D, d_head)) for kind in "QK"}
+    tensors["blocks.0.attn.W_K"][1] = tensors["blocks.0.attn.W_Q"][1] @ J
+    n = qk_symmetry(tensors, shape, n_random=50, seed=0).numbers
+    assert n["s_min"].value == pytest.approx(-1.0) and n["d_max_head"].value == "0.1"
+    assert n["n_above_random"].value >= 1 and "1 (s = -1.000)" in n["layer0_antisymmetric"].value

@@ -219,7 +219,9 @@ def chapter_text() -> str:
 
 def test_the_chapter_is_in_the_book_before_the_references():
     config = yaml.safe_load((REPO / "_quarto.yml").read_text())
-    for listing in (config["project"]["render"], config["book"]["chapters"]):
+    appendices = config["book"].get("appendices", [])
+    for listing in (config["project"]["render"][:len(config["project"]["render"]) - len(appendices)],
+                    config["book"]["chapters"]):
         assert listing[-2:] == ["report/claims.qmd", "report/references.qmd"]
     assert re.search(r"^# Claims checked \{#sec-claims\}\s*$", chapter_text(), re.M)
 

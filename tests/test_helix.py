@@ -8,8 +8,8 @@ import pytest
 from analyses.helix import axial_rise, extrapolation_error, fit_sinusoid, helix, helix_3d_html, phase_turns
 from analyses.engine.sources import ModelShape
 
-HELIX = {"n_components": 3, "edge": 50, "window": 4, "fft_pad": 16, "n_outliers": 3, "period_block": 64,
-         "period_boot": 500, "period_level": 0.95, "period_windows": 4, "seed": 0}
+HELIX = {"n_components": 3, "edge": 50, "window": 4, "fft_pad": 16, "n_outliers": 3,
+         "period_edges": (25, 50, 100, 200, 260), "period_windows": 4}
 SHAPE = ModelShape("toy helix", "gpt2", 32, 1000, 1, 1, 1, 1, "pre")
 
 
@@ -97,33 +97,32 @@ def test_axial_rise_ignores_the_rotation():
     assert axial_rise(Z @ R, 30) == pytest.approx(0.05, rel=1e-9)
 
 
-def test_helix_period_is_tokens_per_turn_with_an_interval_that_sees_a_changing_rate():
-    """A uniform helix of period 200 gives T = 200 and a tight interval; a helix that turns twice as fast in the
-    first half of the bulk has local periods 100 and 200 and an interval that spans most of that range."""
+def test_helix_period_is_tokens_per_turn_and_its_dependence_on_edge_and_segment_is_tabled():
+    """A uniform helix of period 200 gives T = 200 over every edge and segment. A helix that turns every 100 tokens
+    over positions 0–499 and every 200 after has, over any symmetric bulk e … 999 − e, (500 − e)(1/100 + 1/200)
+    turns in 1000 − 2e tokens: T = 400/3 whatever the edge; its four segments of the bulk 50 … 949 give 100, 100,
+    200, 200. Edges that leave less than half the positions (260) are not tabled."""
     from analyses.helix import helix_period
 
     P = planted_helix(noise=0.0)
-    numbers = {k: v.value for k, v in helix({"W_pos": P}, SHAPE, **HELIX).numbers.items()}
-    assert numbers["period"] == pytest.approx(200.0, rel=1e-3)
-    assert numbers["period"] == pytest.approx(helix_period(P, 50), rel=1e-12)
-    assert numbers["period_high"] - numbers["period_low"] < 10  # only the small wobble of a projected ellipse
+    result = helix({"W_pos": P}, SHAPE, **HELIX)
+    assert result.numbers["period"].value == pytest.approx(200.0, rel=1e-3)
+    assert result.numbers["period"].value == pytest.approx(helix_period(P, 50), rel=1e-12)
+    table = result.tables["period"]
+    assert table.column("edge")[:4] == [25, 50, 100, 200] and table.column("positions")[4:] == [
+        f"segment {k} of 4" for k in (1, 2, 3, 4)]
+    assert table.column("tokens per turn") == pytest.approx([200.0] * 8, rel=1e-2)  # a projected ellipse wobbles
     n = np.arange(1000)
     angle = 2 * np.pi * np.where(n < 500, n / 100, 5 + (n - 500) / 200)  # 100 tokens per turn, then 200
     Q, _ = np.linalg.qr(np.random.default_rng(1).standard_normal((32, 3)))
     bent = np.column_stack([3 * np.cos(angle), 3 * np.sin(angle), 0.004 * n]) @ Q.T
-    numbers = {k: v.value for k, v in helix({"W_pos": bent}, SHAPE, **HELIX).numbers.items()}
+    result = helix({"W_pos": bent}, SHAPE, **HELIX)
+    numbers = {k: v.value for k, v in result.numbers.items()}
+    periods = result.tables["period"].column("tokens per turn")
+    assert periods[:4] == pytest.approx([400 / 3] * 4, rel=0.02)
+    assert periods[4:] == pytest.approx([100, 100, 200, 200], rel=0.03)
+    assert result.tables["period"].column("from")[4:] == [50, 275, 500, 725]
     assert numbers["period_local_min"] == pytest.approx(100, rel=0.02)
     assert numbers["period_local_max"] == pytest.approx(200, rel=0.02)
-    assert numbers["period_low"] < 0.9 * numbers["period"] and numbers["period_high"] > 1.1 * numbers["period"]
     assert numbers["period"] == pytest.approx(900 / (4.5 + 2.25), rel=0.02)  # bulk 50…949: 4.5 + 2.25 turns
-
-
-def test_block_bootstrap_of_a_constant_and_of_one_block():
-    from analyses.helix import block_bootstrap_means
-
-    rng = np.random.default_rng(0)
-    np.testing.assert_allclose(block_bootstrap_means(np.full(37, 2.5), 5, 20, rng), 2.5)
-    x = rng.standard_normal(40)
-    np.testing.assert_allclose(block_bootstrap_means(x, 40, 3, rng), x.mean())
-    means = block_bootstrap_means(x, 1, 4000, rng)  # i.i.d. bootstrap: sd of the mean ≈ sd(x)/√n
-    assert means.std() == pytest.approx(x.std() / np.sqrt(40), rel=0.1)
+    assert numbers["period_edge_first"] == 25 and numbers["period_edge_last"] == 200

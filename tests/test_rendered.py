@@ -55,7 +55,7 @@ RENDER_TIMEOUT_S = 900
 class Chapter:
     source: Path          # the .qmd, relative to the repository
     title: str
-    number: int | None    # None for unnumbered chapters (preface, references)
+    number: int | str | None  # None for unnumbered chapters (preface, references); A, B, … for appendices
 
     @property
     def page(self) -> Path:
@@ -81,14 +81,18 @@ def expand(path: Path, seen: tuple = ()) -> str:
 def chapters() -> tuple[Chapter, ...]:
     config = yaml.safe_load((REPO / "_quarto.yml").read_text())
     out, number = [], 0
-    for source in config["book"]["chapters"]:
+    appendices = config["book"].get("appendices", [])
+    for k, source in enumerate([*config["book"]["chapters"], *appendices]):
         heading = re.search(r"^# (.+?)\s*(\{[^}]*\})?\s*$", expand(REPO / source), re.M)
         assert heading, f"{source} has no level-1 heading"
         attrs = heading.group(2) or ""
         unnumbered = ".unnumbered" in attrs or attrs.replace(" ", "") == "{-}"
-        if not unnumbered:
+        if source in appendices:  # appendices are lettered A, B, … in both formats
+            label = chr(ord("A") + k - len(config["book"]["chapters"]))
+        elif not unnumbered:
             number += 1
-        out.append(Chapter(Path(source), heading.group(1), None if unnumbered else number))
+            label = number
+        out.append(Chapter(Path(source), heading.group(1), None if unnumbered else label))
     return tuple(out)
 
 
@@ -286,7 +290,7 @@ def test_floats_are_numbered_in_order(book, name, kind, word):
     expected = float_labels(expand(REPO / chapter.source), kind)
     raw = page(name).raw
     found = re.findall(rf'<figcaption[^>]*quarto-float-caption quarto-float-{kind}" id="({kind}-[\w-]+?)-caption'
-                       rf'[^"]*">\s*{word}&nbsp;([\d.]+)', raw)
+                       rf'[^"]*">\s*{word}&nbsp;([A-Z\d.]+)', raw)
     assert [label for label, _ in found] == expected, "captions on the page differ from the labels in the source"
     if expected:
         assert chapter.number is not None, f"{word.lower()}s in an unnumbered chapter"
@@ -442,7 +446,8 @@ def pdf_chapters(pdf_pages) -> dict[str, str]:
     """Each chapter's text: from the page its heading opens to the page before the next one's."""
     starts = {}
     for chapter in chapters():
-        pages = [i for i, text in enumerate(pdf_pages) if text.startswith(chapter.heading())]
+        pages = [i for i, text in enumerate(pdf_pages)  # not a page of the table of contents (dot leaders)
+                 if text.startswith(chapter.heading()) and ". . . . ." not in text]
         assert pages, f"no page opens with the heading {chapter.heading()!r}"
         starts[chapter.name] = pages[0]
     order = sorted(starts.items(), key=lambda kv: kv[1])
@@ -500,8 +505,8 @@ def test_pdf_places_every_float(pdf_chapters, name, kind, word):
     """Each chapter's PDF text holds one caption per figure (table) of the source, numbered in order."""
     chapter = next(c for c in chapters() if c.name == name)
     expected = len(float_labels(html_only(expand(REPO / chapter.source)), kind))
-    captions = re.findall(rf"\b{word} (\d+)\.(\d+):", pdf_chapters[name])
-    numbers = sorted({int(i) for c, i in captions if chapter.number is not None and int(c) == chapter.number})
+    captions = re.findall(rf"\b{word} ([A-Z]|\d+)\.(\d+):", pdf_chapters[name])
+    numbers = sorted({int(i) for c, i in captions if chapter.number is not None and c == str(chapter.number)})
     assert numbers == list(range(1, expected + 1)), f"{word.lower()} captions {numbers}, expected 1..{expected}"
 
 

@@ -36,8 +36,9 @@ def variables() -> dict:
 
 
 def chapters() -> list[Path]:
-    """The book's chapters that exist (a missing one fails the config test, not every test)."""
-    return [REPO / c for c in quarto()["book"]["chapters"] if (REPO / c).is_file()]
+    """The book's chapters and appendices that exist (a missing one fails the config test, not every test)."""
+    book = quarto()["book"]
+    return [REPO / c for c in [*book["chapters"], *book.get("appendices", [])] if (REPO / c).is_file()]
 
 
 def expand(path: Path, seen=()) -> list[tuple[Path, str]]:
@@ -94,8 +95,9 @@ def test_quarto_config_parses_and_lists_existing_chapters():
     config = quarto()
     assert config["project"]["type"] == "book"
     assert config["book"]["chapters"][0] == "index.qmd"  # a book's index must sit beside _quarto.yml
-    assert config["project"]["render"] == config["book"]["chapters"]
-    missing = [c for c in config["book"]["chapters"] if not (REPO / c).is_file()]
+    book = [*config["book"]["chapters"], *config["book"].get("appendices", [])]
+    assert config["project"]["render"] == book
+    missing = [c for c in book if not (REPO / c).is_file()]
     assert not missing, f"chapters listed in _quarto.yml but absent: {missing}"
     assert config["format"]["html"]["default-image-extension"] == "svg"
     assert config["format"]["pdf"]["default-image-extension"] == "pdf"

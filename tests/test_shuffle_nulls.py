@@ -19,12 +19,12 @@ from analyses.shuffle_nulls import (
     top_variance_share,
 )
 from analyses.engine.sources import ModelShape
+from analyses.toolkit.pvalues import floor_bound
 
 SHAPE = ModelShape("constructed", "gpt2", 24, 48, 1, 1, 1, 4, "pre")
 PARAMS = {"n_draws": 100, "seed": 3, "threshold": 0.5, "bins": 40, "n_components": 3}
 STAT_KEYS = [f"{kind}_{stat}" for kind in ("positions", "dimensions") for stat in ("std", "frac_abs_above", "max_abs")]
-P_VALUE_KEYS = [f"{null}_{key}_p" for null in NULLS for key in [*STAT_KEYS, PCA_KEY]
-                if key not in KEPT_BY_CONSTRUCTION.get(null, ())]
+TESTED = [(null, key) for null in NULLS for key in [*STAT_KEYS, PCA_KEY] if key not in KEPT_BY_CONSTRUCTION.get(null, ())]
 
 
 def test_empirical_p_value_and_effect_size_closed_forms():
@@ -70,7 +70,9 @@ def test_iid_matrix_gives_p_values_that_are_not_small():
     for seed in range(2):
         P = np.random.default_rng(100 + seed).standard_normal((48, 24))
         result = shuffle_nulls({"W_pos": P}, SHAPE, **PARAMS)
-        p_values += [result.numbers[key].value for key in P_VALUE_KEYS]
+        p_values += [empirical_p_value(result.arrays[f"{null}_stats"][key], result.arrays["observed"][key])
+                     for null, key in TESTED]
+        assert all(result.numbers[f"{null}_{key}_p"].value.startswith(("p = ", "p < ")) for null, key in TESTED)
     p_values = np.array(p_values)
     assert p_values.min() > 0.01
     assert 0.25 < p_values.mean() < 0.75
@@ -82,10 +84,12 @@ def test_structured_matrix_gets_the_smallest_p_value():
     P = np.outer(np.cos(t), np.linspace(1, 2, 24)) + np.outer(np.sin(t), np.linspace(2, -1, 24))
     P += 0.01 * np.random.default_rng(0).standard_normal(P.shape)
     result = shuffle_nulls({"W_pos": P}, SHAPE, **PARAMS)
-    smallest = 1 / (1 + PARAMS["n_draws"])
+    smallest, n = 1 / (1 + PARAMS["n_draws"]), PARAMS["n_draws"]
     for key in ("entries_positions_std_p", "columns_positions_std_p", "entries_dimensions_max_abs_p",
                 "columns_pca_top_p", "phases_independent_pca_top_p"):
-        assert result.numbers[key].value == pytest.approx(smallest)
+        assert result.numbers[key].value == f"p < {floor_bound(n)} ({n} draws)"
+    cells = [r[7] for r in result.tables["null_tests"].rows if r[7] != "kept exactly"]
+    assert result.numbers["n_tests_at_floor"].value == cells.count(f"< {floor_bound(n)}") >= 5
     assert result.numbers["min_p_value"].value == pytest.approx(smallest)
 
 
@@ -125,6 +129,6 @@ def test_a_coordinated_helix_beats_independent_phases():
     result = shuffle_nulls({"W_pos": P}, SHAPE, **(PARAMS | {"n_draws": 40}))
     numbers = result.numbers
     assert numbers["observed_pca_top"].value > 0.99
-    assert numbers["phases_independent_pca_top_p"].value == pytest.approx(1 / 41)
+    assert numbers["phases_independent_pca_top_p"].value == "p < 0.03 (40 draws)"  # the floor 1/41, rounded up
     assert numbers["phases_independent_pca_top_effect"].value > 5
     assert numbers["phases_independent_pca_top_null_mean"].value < 0.95

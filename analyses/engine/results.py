@@ -61,12 +61,6 @@ FLOAT64 = Accuracy(rel=1e-9, basis="float64 arithmetic: BLAS kernels sum in diff
                                    "results by about 1e-13 relative; declared 1e-9, room for conditioning")
 
 
-def float32_accuracy(rel: float, why: str) -> Accuracy:
-    """A value that float32 arithmetic decides to about `rel` relative (unit roundoff 6e-8 times a growth
-    factor such as the number of summed terms, or a small denominator); `why` names the computation."""
-    return Accuracy(rel=rel, basis=f"float32 arithmetic: {why}")
-
-
 def printed_stably(value: float | int, fmt: str, accuracy: Accuracy) -> bool:
     """Whether every value within the accuracy prints as `value` does: rounding is monotone, so checking
     both ends of the interval decides it."""
