@@ -32,6 +32,7 @@ import numpy as np
 
 from analyses.toolkit import plotting
 from analyses.toolkit import random_matrices as rm
+from analyses.toolkit.attention import VARIANTS, column_label, full_matrix, input_gain, per_head, variant_matrix
 from analyses.toolkit.linalg import effective_rank, gram_singular_values, top_right_singular_vectors
 from analyses.toolkit.subspaces import energy_fraction
 from analyses.engine.registry import register
@@ -41,19 +42,6 @@ from analyses.engine.sources import ModelShape
 MATRICES = ("Q", "K", "V", "O")
 
 
-def per_head(tensors: Mapping[str, np.ndarray], layer: int, kind: str) -> np.ndarray:
-    """W_kind of one layer in float64: [n_heads, D, d_head] for Q, K, V; [n_heads, d_head, D] for O."""
-    return np.asarray(tensors[f"blocks.{layer}.attn.W_{kind}"], dtype=np.float64)
-
-
-def full_matrix(tensors: Mapping[str, np.ndarray], layer: int, kind: str) -> np.ndarray:
-    """The D × D map of one layer in the x @ W layout (input rows, output columns), float64."""
-    W = per_head(tensors, layer, kind)
-    if kind == "O":
-        return W.reshape(-1, W.shape[-1])
-    return W.transpose(1, 0, 2).reshape(W.shape[1], -1)
-
-
 def anisotropy(singular_values: np.ndarray) -> dict[str, float]:
     """Condition number σ_max/σ_min, log-volume Σ log σ, and effective rank of a full-rank spectrum."""
     s = np.sort(np.asarray(singular_values, dtype=np.float64))[::-1]
@@ -61,19 +49,6 @@ def anisotropy(singular_values: np.ndarray) -> dict[str, float]:
         raise ValueError("the spectrum has a zero singular value: condition number and log-volume are infinite")
     return {"sigma_max": float(s[0]), "sigma_min": float(s[-1]), "condition": float(s[0] / s[-1]),
             "log_volume": float(np.log(s).sum()), "effective_rank": effective_rank(s)}
-
-
-def input_gain(tensors: Mapping[str, np.ndarray], shape: ModelShape, layer: int) -> np.ndarray:
-    """The LayerNorm gain γ applied to the residual stream just before layer `layer`'s attention reads it.
-
-    GPT-2 (pre-LN): that layer's ln1. BERT (post-LN): the embedding LayerNorm for layer 0, else the
-    previous layer's ln2 (the stream a BERT layer reads is the previous layer's normalised output).
-    """
-    if shape.family == "gpt2":
-        name = f"blocks.{layer}.ln1.w"
-    else:
-        name = "embed.ln.w" if layer == 0 else f"blocks.{layer - 1}.ln2.w"
-    return np.asarray(tensors[name], dtype=np.float64)
 
 
 # ---------------------------------------------------------------------------
@@ -369,24 +344,6 @@ register(
 
 # ---------------------------------------------------------------------------
 # Alignment with the position subspace
-
-VARIANTS = (("Q", "raw"), ("K", "raw"), ("V", "raw"), ("Q", "γ-folded"), ("K", "γ-folded"), ("V", "γ-folded"),
-            ("O", "output"))
-"""Columns of the alignment heatmap: raw input side, input side with the LayerNorm gain folded in, W_O's output."""
-
-
-def column_label(kind: str, variant: str) -> str:
-    return {"raw": f"W_{kind}", "γ-folded": f"diag(γ)W_{kind}", "output": f"W_{kind} (writes)"}[variant]
-
-
-def variant_matrix(tensors: Mapping[str, np.ndarray], layer: int, kind: str, variant: str,
-                   gain: np.ndarray) -> tuple[np.ndarray, str]:
-    """The D × D matrix one column of VARIANTS reads (diag(γ) W for "γ-folded", with γ the layer's input
-    gain) and the side, "input" or "output", whose energy it is measured on."""
-    W = full_matrix(tensors, layer, kind)
-    if variant == "γ-folded":
-        W = gain[:, None] * W
-    return W, "output" if variant == "output" else "input"
 
 
 def attention_alignment(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, ks: tuple[int, ...],

@@ -35,9 +35,9 @@ from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table, Text, spoken_list
 from analyses.engine.sources import ModelShape, model_spec
 from analyses.position_content import plain_log_ticks
-from analyses.positional_attention import (attention_pattern, classify, head_scores, head_statistics,
-                                           position_inputs, query_rows)
 from analyses.toolkit import plotting
+from analyses.toolkit.attention import (attention_pattern, classify, head_scores, head_statistics, position_inputs,
+                                        query_rows)
 from analyses.toolkit.forward import forward, lm_logits, mean_pool, token_rows
 from analyses.toolkit.linalg import effective_rank, top_right_singular_vectors
 from analyses.toolkit.signal import (TW_Q99, classical_mds, mds_share, mean_angle, projection_distance, shared_rank,

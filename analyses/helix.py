@@ -22,66 +22,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import numpy as np
 
 from analyses.toolkit import plotting
-from analyses.toolkit.linalg import explained_variance_ratio, top_right_singular_vectors
+from analyses.toolkit.helix_period import EDGE, bulk_phase_increments, helix_period, principal_coordinates
+from analyses.toolkit.linalg import explained_variance_ratio
+from analyses.toolkit.sinusoids import fit_sinusoid
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table
 from analyses.engine.sources import ModelShape
-
-
-def principal_coordinates(P: np.ndarray, k: int) -> np.ndarray:
-    """z[n, i] = (p_n − p̄) · u_i for the top-k principal axes u_i (signs as in `top_right_singular_vectors`)."""
-    P = np.asarray(P, dtype=np.float64)
-    return (P - P.mean(axis=0)) @ top_right_singular_vectors(P, k, center=True)
-
-
-@dataclass(frozen=True)
-class SinusoidFit:
-    """z(n) ≈ offset + amplitude · cos(2π n / period + phase); `at_bound` when the period hit its upper limit."""
-
-    period: float
-    amplitude: float
-    phase: float
-    offset: float
-    r2: float
-    at_bound: bool
-
-    def __call__(self, n: np.ndarray) -> np.ndarray:
-        return self.offset + self.amplitude * np.cos(2 * np.pi * np.asarray(n, dtype=np.float64) / self.period
-                                                     + self.phase)
-
-
-def fit_sinusoid(n: np.ndarray, z: np.ndarray, pad: int) -> SinusoidFit:
-    """Least-squares sinusoid with period in [2, 2·len(n)] tokens, started from the zero-padded FFT peak.
-
-    Longer periods are not identifiable from len(n) samples (less than half a cycle): a fit that
-    runs into that bound is flagged `at_bound`.
-    """
-    from scipy.optimize import least_squares
-
-    n, z = np.asarray(n, dtype=np.float64), np.asarray(z, dtype=np.float64)
-    w_min, w_max = np.pi / len(n), np.pi
-    spectrum = np.abs(np.fft.rfft(z - z.mean(), n=pad * len(n)))
-    w_grid = 2 * np.pi * np.fft.rfftfreq(pad * len(n))
-    allowed = (w_grid >= w_min) & (w_grid <= w_max)
-    w0 = w_grid[allowed][np.argmax(spectrum[allowed])]
-
-    def design(w: float) -> np.ndarray:
-        return np.column_stack([np.cos(w * n), np.sin(w * n), np.ones_like(n)])
-
-    def residual(p: np.ndarray) -> np.ndarray:
-        A = design(p[0])
-        return A @ np.linalg.lstsq(A, z, rcond=None)[0] - z
-
-    w = float(least_squares(residual, [w0], bounds=([w_min], [w_max]), x_scale=[w_min], xtol=1e-12).x[0])
-    a, b, c = np.linalg.lstsq(design(w), z, rcond=None)[0]
-    r2 = 1 - np.sum(residual(np.array([w])) ** 2) / np.sum((z - z.mean()) ** 2)
-    return SinusoidFit(2 * np.pi / w, float(np.hypot(a, b)), float(np.arctan2(-b, a)), float(c), float(r2),
-                       bool(np.isclose(w, w_min, rtol=1e-6)))
 
 
 def phase_turns(z1: np.ndarray, z2: np.ndarray) -> np.ndarray:
@@ -125,23 +75,6 @@ def extrapolation_error(X: np.ndarray, window: int) -> np.ndarray:
         if i + window < len(X):
             error[i] = min(error[i], np.linalg.norm(weights @ X[i + 1:i + 1 + window] - X[i]))
     return error
-
-
-EDGE = 100
-"""Positions left out at each end to form the bulk (helix and every analysis that uses its period)."""
-
-
-def bulk_phase_increments(P: np.ndarray, edge: int) -> np.ndarray:
-    """|θ(n+1) − θ(n)| for n in the bulk edge … n_ctx − edge − 1, θ the unwrapped angle of (z1, z2) (radians)."""
-    Z = principal_coordinates(P, 2)
-    theta = np.unwrap(np.arctan2(Z[:, 1], Z[:, 0]))
-    increments = np.diff(theta[edge:len(P) - edge])
-    return increments * np.sign(increments.sum())
-
-
-def helix_period(P: np.ndarray, edge: int = EDGE) -> float:
-    """The helix period: tokens per turn of (z1, z2) over the bulk, 2π / mean phase increment."""
-    return float(2 * np.pi / bulk_phase_increments(P, edge).mean())
 
 
 def local_periods(increments: np.ndarray, n_windows: int) -> np.ndarray:

@@ -22,9 +22,9 @@ import numpy as np
 from analyses.toolkit import plotting
 from analyses.toolkit.linalg import (components_for, effective_rank, explained_variance_ratio, mass_support, support_union,
                                      top_right_singular_vectors)
+from analyses.toolkit.sinusoids import sinusoidal_table
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table
-from analyses.sinusoidal import sinusoidal_table
 from analyses.engine.sources import ModelShape
 
 

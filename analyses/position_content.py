@@ -26,11 +26,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from analyses.attention_spectra import VARIANTS, column_label, input_gain, variant_matrix
 from analyses.engine.registry import register
 from analyses.engine.results import Accuracy, Number, Result, Table, Text, spoken_list
 from analyses.engine.sources import ModelShape
 from analyses.toolkit import plotting
+from analyses.toolkit.attention import VARIANTS, column_label, input_gain, variant_matrix
 from analyses.toolkit.linalg import support_union, top_right_singular_vectors
 from analyses.toolkit.subspaces import (captured, energy_fraction, prefix_energy_fractions, prefix_overlaps,
                                         principal_angles, random_basis, random_energy_moments,

@@ -21,58 +21,18 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from analyses.helix import EDGE, helix_period
 from analyses.toolkit import plotting
+from analyses.toolkit.attention import (CLASSES, attention_pattern, classify, head_scores, head_statistics,
+                                        position_inputs, query_rows)
+from analyses.toolkit.helix_period import EDGE, helix_period
 from analyses.toolkit.linalg import top_right_singular_vectors
 from analyses.engine.registry import register
 from analyses.engine.results import COUNT_SHARE, Number, Result, Table, Text, spoken_list
 from analyses.engine.sources import ModelShape
 
-CLASSES = ("previous-token", "current-token", "first-position", "local window", "diffuse")
 NEEDS = ("W_pos", "blocks.0.attn.W_Q", "blocks.0.attn.W_K", "blocks.0.attn.b_Q", "blocks.0.attn.b_K")
 FAMILY_NEEDS = {"gpt2": ("blocks.0.ln1.w", "blocks.0.ln1.b"), "bert": ("W_token_type", "embed.ln.w", "embed.ln.b")}
 """What `position_inputs` reads besides NEEDS: the LayerNorm in front of layer 0 (and BERT's first segment row)."""
-
-
-def standardise(X: np.ndarray, eps: float) -> np.ndarray:
-    """LayerNorm without gain and bias: each row minus its mean, divided by sqrt(its variance + eps)."""
-    X = np.asarray(X, dtype=np.float64)
-    centred = X - X.mean(axis=1, keepdims=True)
-    return centred / np.sqrt((centred**2).mean(axis=1, keepdims=True) + eps)
-
-
-def position_inputs(tensors: Mapping[str, np.ndarray], shape: ModelShape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(z, γ, β): the standardised position rows layer 0 reads, and the gain and bias of that LayerNorm."""
-    P = np.asarray(tensors["W_pos"], dtype=np.float64)
-    if shape.family == "gpt2":
-        rows, ln = P, "blocks.0.ln1"
-    else:
-        rows, ln = P + np.asarray(tensors["W_token_type"][0], dtype=np.float64), "embed.ln"
-    gain = np.asarray(tensors[f"{ln}.w"], dtype=np.float64)
-    bias = np.asarray(tensors[f"{ln}.b"], dtype=np.float64)
-    return standardise(rows, shape.ln_eps), gain, bias
-
-
-def head_scores(X: np.ndarray, W_Q: np.ndarray, b_Q: np.ndarray, W_K: np.ndarray, b_K: np.ndarray) -> np.ndarray:
-    """S_ij = (x_i W_Q + b_Q) · (x_j W_K + b_K) / √d_head for one head."""
-    q = X @ np.asarray(W_Q, dtype=np.float64) + np.asarray(b_Q, dtype=np.float64)
-    k = X @ np.asarray(W_K, dtype=np.float64) + np.asarray(b_K, dtype=np.float64)
-    return q @ k.T / np.sqrt(q.shape[1])
-
-
-def attention_pattern(S: np.ndarray, causal: bool) -> np.ndarray:
-    """Row-wise softmax of S, keys j > i excluded when `causal`."""
-    S = np.array(S, dtype=np.float64)
-    if causal:
-        S[np.triu_indices(S.shape[0], k=1)] = -np.inf
-    S -= S.max(axis=1, keepdims=True)
-    A = np.exp(S)
-    return A / A.sum(axis=1, keepdims=True)
-
-
-def query_rows(n: int, causal: bool, min_query: int) -> np.ndarray:
-    """Queries averaged over: far enough from the edges that a window of `min_query` keys fits."""
-    return np.arange(min_query, n) if causal else np.arange(min_query, n - min_query)
 
 
 def offset_profile(A: np.ndarray, queries: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -84,55 +44,6 @@ def offset_profile(A: np.ndarray, queries: np.ndarray, offsets: np.ndarray) -> n
         if i.size:
             out[o] = A[i, i - delta].mean()
     return out
-
-
-def head_statistics(A: np.ndarray, queries: np.ndarray) -> dict[str, float]:
-    """Summary of one pattern over the given queries.
-
-    prev_mode / self_mode / first_mode: fraction of queries whose single most-attended key (a tie counts
-    for none) is i − 1 / i / position 0;
-    mass_*: mean attention on the query itself, the previous key, position 0;
-    half_width: smallest w such that on average half the mass lies within |i − j| ≤ w;
-    mean_distance: attention-weighted mean |i − j|; entropy: mean entropy in nats.
-    """
-    n = A.shape[0]
-    rows = A[queries]
-    two = np.partition(rows, -2, axis=1)[:, -2:]
-    top = np.where(two[:, 1] > two[:, 0], rows.argmax(axis=1), -1)  # -1: no single most-attended key (a tie)
-    distance = np.abs(queries[:, None] - np.arange(n)[None, :])
-    flat = (np.arange(len(queries))[:, None] * n + distance).ravel()
-    by_distance = np.bincount(flat, weights=rows.ravel(), minlength=len(queries) * n).reshape(len(queries), n)
-    within = np.cumsum(by_distance, axis=1).mean(axis=0)
-    safe = np.where(rows > 0, rows, 1.0)
-    return {
-        "prev_mode": float(np.mean(top == queries - 1)),
-        "self_mode": float(np.mean(top == queries)),
-        "first_mode": float(np.mean(top == 0)),
-        "mass_self": float(rows[np.arange(len(queries)), queries].mean()),
-        "mass_prev": float(rows[np.arange(len(queries)), queries - 1].mean()),
-        "mass_first": float(rows[:, 0].mean()),
-        "half_width": int(np.searchsorted(within, 0.5 - 1e-12)),
-        "mean_distance": float((rows * distance).sum(axis=1).mean()),
-        "entropy": float(-(rows * np.log(safe)).sum(axis=1).mean()),
-    }
-
-
-KEY_CLASSES = (("current-token", "mass_self"), ("previous-token", "mass_prev"), ("first-position", "mass_first"))
-"""The classes defined by the mean attention on one key, and the statistic each reads."""
-
-
-def classify(stats: Mapping[str, float], *, key_mass: float, local_width: int) -> tuple[str, ...]:
-    """The classes of a head, by thresholds on its mean attention masses.
-
-    It is a current-token, previous-token and/or first-position head for every one of the keys i, i − 1
-    and 0 that holds on average at least `key_mass` of its attention (several can apply: a head may split
-    its attention between the query and the previous position). A head with none of these is a local
-    window head when half its attention lies within `local_width` tokens of the query, and diffuse otherwise.
-    """
-    labels = tuple(label for label, key in KEY_CLASSES if stats[key] >= key_mass)
-    if labels:
-        return labels
-    return ("local window",) if stats["half_width"] <= local_width else ("diffuse",)
 
 
 def max_pool(A: np.ndarray, block: int) -> np.ndarray:

@@ -22,34 +22,10 @@ from analyses.toolkit.linalg import (
     explained_variance_ratio,
     mean_by_offset,
 )
+from analyses.toolkit.sinusoids import encode, frequencies, sinusoidal_table
 from analyses.engine.registry import register
 from analyses.engine.results import Accuracy, Number, Result, Table
 from analyses.engine.sources import ModelShape
-
-
-def frequencies(d_model: int, base: float = 10000.0) -> np.ndarray:
-    """ω_i = base^(-2i/D) for i = 0..D/2-1."""
-    if d_model < 2 or d_model % 2:
-        raise ValueError(f"the sinusoidal table needs an even dimension D >= 2, got {d_model}")
-    if base <= 0:
-        raise ValueError(f"base must be positive, got {base}")
-    return base ** (-np.arange(0, d_model, 2, dtype=np.float64) / d_model)
-
-
-def encode(positions: np.ndarray, d_model: int, base: float = 10000.0) -> np.ndarray:
-    """PE(n) for any positions n (integers or reals, any size): a [len(positions), d_model] array (float64)."""
-    angles = np.asarray(positions, dtype=np.float64).reshape(-1)[:, None] * frequencies(d_model, base)[None, :]
-    table = np.empty((angles.shape[0], d_model))
-    table[:, 0::2] = np.sin(angles)
-    table[:, 1::2] = np.cos(angles)
-    return table
-
-
-def sinusoidal_table(n_positions: int, d_model: int, base: float = 10000.0) -> np.ndarray:
-    """The [n_positions, d_model] table with sines in even and cosines in odd columns (float64)."""
-    if n_positions < 1:
-        raise ValueError(f"need at least one position, got {n_positions}")
-    return encode(np.arange(n_positions), d_model, base)
 
 
 def shift_matrix(k: float, d_model: int, base: float = 10000.0) -> np.ndarray:

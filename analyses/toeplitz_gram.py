@@ -32,9 +32,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from analyses.helix import fit_sinusoid
-from analyses.sinusoidal import sinusoidal_table
 from analyses.toolkit import plotting
+from analyses.toolkit.sinusoids import fit_sinusoid, sinusoidal_table
 from analyses.toolkit.surrogates import phase_randomise, random_walks
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table
@@ -92,7 +91,7 @@ def top_eigenpairs(G: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def dominant_frequency(u: np.ndarray, pad: int) -> float:
-    """Cycles per len(u) of the least-squares sinusoid through u (`helix.fit_sinusoid`, started at the peak of the
+    """Cycles per len(u) of the least-squares sinusoid through u (`toolkit.sinusoids.fit_sinusoid`, started at the peak of the
     zero-padded spectrum); at least half a cycle, the bound of that fit."""
     n = np.arange(len(u))
     return float(len(u) / fit_sinusoid(n, np.asarray(u, dtype=np.float64), pad).period)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analyses.attention_spectra import anisotropy, energy_fraction, full_matrix, input_gain
+from analyses.attention_spectra import anisotropy, energy_fraction
+from analyses.toolkit.attention import full_matrix, input_gain
 from analyses.engine.sources import ModelShape
 
 D = 48

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analyses.helix import axial_rise, extrapolation_error, fit_sinusoid, helix, helix_3d_html, phase_turns
+from analyses.helix import axial_rise, extrapolation_error, helix, helix_3d_html, phase_turns
+from analyses.toolkit.sinusoids import fit_sinusoid
 from analyses.engine.sources import ModelShape
 
 HELIX = {"n_components": 3, "edge": 50, "window": 4, "fft_pad": 16, "n_outliers": 3,
@@ -102,7 +103,7 @@ def test_helix_period_is_tokens_per_turn_and_its_dependence_on_edge_and_segment_
     over positions 0–499 and every 200 after has, over any symmetric bulk e … 999 − e, (500 − e)(1/100 + 1/200)
     turns in 1000 − 2e tokens: T = 400/3 whatever the edge; its four segments of the bulk 50 … 949 give 100, 100,
     200, 200. Edges that leave less than half the positions (260) are not tabled."""
-    from analyses.helix import helix_period
+    from analyses.toolkit.helix_period import helix_period
 
     P = planted_helix(noise=0.0)
     result = helix({"W_pos": P}, SHAPE, **HELIX)

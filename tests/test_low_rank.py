@@ -7,7 +7,7 @@ import pytest
 
 from analyses.low_rank import (gaussian_support_fraction, jaccard, low_rank, mass_support, participation_ratio,
                                position_subsets, singular_mass, sparse_directions)
-from analyses.sinusoidal import sinusoidal_table
+from analyses.toolkit.sinusoids import sinusoidal_table
 
 LOW_RANK = {"fractions": (0.5, 0.9, 0.99), "split": 10, "mass_ks": (1, 3, 5), "sinusoid_base": 10000.0}
 

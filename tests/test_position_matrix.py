@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from analyses.position_matrix import position_matrix, row_norms, symmetric_clip
-from analyses.sinusoidal import sinusoidal_table
+from analyses.toolkit.sinusoids import sinusoidal_table
 from analyses.engine.sources import ModelShape, open_source
 
 SHAPE = ModelShape("synthetic", "gpt2", 64, 200, 1, 1, 1, 1, "pre")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analyses.positional_attention import (attention_pattern, classify, head_scores, head_statistics, offset_profile,
-                                           qk_form, query_rows, rotation_angle, row_centred_r2, standardise)
+from analyses.positional_attention import offset_profile, qk_form, rotation_angle, row_centred_r2
+from analyses.toolkit.attention import (attention_pattern, classify, head_scores, head_statistics, query_rows,
+                                        standardise)
 
 N = 64
 THRESHOLDS = {"key_mass": 0.2, "local_width": 8}

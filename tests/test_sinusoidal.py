@@ -13,16 +13,14 @@ import pytest
 from analyses.engine.results import Number
 from analyses.toolkit.linalg import cosine_matrix, mean_by_offset
 from analyses.sinusoidal import (
-    encode,
-    frequencies,
     offset_dot,
     rounding_bounds,
     shift_matrix,
     sinusoidal_components,
     sinusoidal_identities,
-    sinusoidal_table,
     sinusoidal_vs_learned,
 )
+from analyses.toolkit.sinusoids import encode, frequencies, sinusoidal_table
 
 EPS = np.finfo(np.float64).eps
 
