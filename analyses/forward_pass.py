@@ -34,7 +34,6 @@ import numpy as np
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table, Text, spoken_list
 from analyses.engine.sources import ModelShape, model_spec
-from analyses.position_content import plain_log_ticks
 from analyses.toolkit import plotting
 from analyses.toolkit.attention import (attention_pattern, classify, head_scores, head_statistics, position_inputs,
                                         query_rows)
@@ -294,7 +293,7 @@ def plot_spectra(result: Result, shape: ModelShape):
         ax.set_title(f"{name} prompt ({result.numbers[f'{name}_tokens'].text} tokens)", fontsize=9)
     top = max(float(a[f"{name}_sv"].max()) for name in PROMPTS)
     axes[0].set_ylim(0.1, 1.5 * top)  # below 0.1: BERT's LayerNorm null direction (a singular value ≈ 0), off the scale
-    plain_log_ticks(axes[0].yaxis)
+    plotting.plain_log_ticks(axes[0].yaxis)
     axes[0].set_ylabel("σ_i / noise threshold")
     axes[0].legend(loc="lower left", fontsize=7)
     import matplotlib as mpl
@@ -327,7 +326,7 @@ def plot_layers(result: Result, shape: ModelShape):
     top[2].set_title("to the next state\n(dotted: random)", fontsize=8)
     for ax in top[:2]:
         ax.set_yscale("log")
-        plain_log_ticks(ax.yaxis)
+        plotting.plain_log_ticks(ax.yaxis)
     for ax in top:
         ax.set_xticks(states, ["E", *range(len(labels) - 1)], fontsize=8)
         ax.set_xlabel("state")

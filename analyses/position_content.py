@@ -69,11 +69,6 @@ def random_capture_sd(k: int, D: int) -> float:
     return random_energy_moments(np.eye(D, 1), k, "input")[1]
 
 
-def plain_log_ticks(axis) -> None:
-    """Label a log axis (or colour bar axis) at 1, 2, 5 × powers of ten in plain numbers, not as 10^n."""
-    plotting.plain_log_ticks(axis)
-
-
 # ---------------------------------------------------------------------------
 # 1. Overlap of the two subspaces
 
@@ -641,7 +636,7 @@ def reading_heatmaps(ratios: np.ndarray, names: tuple[str, str], bar_label: str,
     axes[0].set_yticks(range(ratios.shape[0]))
     bar = fig.colorbar(image, ax=list(axes), fraction=0.04, pad=0.02)
     bar.set_label(bar_label)
-    plain_log_ticks(bar.ax.yaxis)
+    plotting.plain_log_ticks(bar.ax.yaxis)
     fig.suptitle(title)
     return fig
 
@@ -858,7 +853,7 @@ def plot_mlp_reading(result: Result, shape: ModelShape):
     left.set_yscale("log")
     left.set_xlabel("k (log scale)")
     left.set_ylabel("enrichment a / (k/D) (log scale)")
-    plain_log_ticks(left.yaxis)
+    plotting.plain_log_ticks(left.yaxis)
     left.set_title(r"layer 0, diag(γ)$W_{in}$")
     stats, ks, primary = a["stats"], list(a["ks"]), int(a["primary"])
     layers = np.arange(stats.shape[0])
@@ -868,7 +863,7 @@ def plot_mlp_reading(result: Result, shape: ModelShape):
         right.plot(layers, stats[:, 0, s, i, 1], "x:", color=colour, label=rf"{name}, raw $W_{{in}}$")
     right.axhline(1, color="0.3", lw=0.8, ls="--")
     right.set_yscale("log")
-    plain_log_ticks(right.yaxis)
+    plotting.plain_log_ticks(right.yaxis)
     right.set_xticks(layers)
     right.set_xlabel("layer")
     right.set_ylabel(f"enrichment at k = {primary} (log scale)")
