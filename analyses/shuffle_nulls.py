@@ -238,7 +238,7 @@ def shuffle_nulls(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_dra
                          z if np.isfinite(z) else "unbounded (constant null)"))
             numbers |= {
                 f"{null}_{key}_null_max": Number(null_values.max(), ".3f", f"{null} null: largest {key} over draws"),
-                f"{null}_{key}_p": p_value_text(p, n_draws, f"{null} null: empirical p-value of {key}"),
+                f"{null}_{key}_p": Text(p_value_text(p, n_draws), f"{null} null: empirical p-value of {key}"),
             }
             if np.isfinite(z):  # JSON has no infinity: a constant null gets no effect-size number
                 numbers[f"{null}_{key}_effect"] = Number(z, ".0f" if abs(z) >= 10 else ".1f",

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import erf
 
-from analyses.engine.sources import ModelShape
+from analyses.toolkit.shape import Shape
 
 AttentionHook = Callable[[int, np.ndarray], None]
 """Called as hook(layer, A) with each layer's attention, A of shape [batch, heads, queries, keys]."""
@@ -88,7 +88,7 @@ def _as_batch(x: np.ndarray | None, batch: int, n: int, d: int, what: str) -> np
     return x
 
 
-def embed(tensors: Mapping[str, np.ndarray], shape: ModelShape, ids: np.ndarray, *,
+def embed(tensors: Mapping[str, np.ndarray], shape: Shape, ids: np.ndarray, *,
           positions: np.ndarray | None = None, tokens: np.ndarray | None = None) -> np.ndarray:
     """h⁰ [batch, n, D] for ids [batch, n]; `positions` ([n, D] or [batch, n, D]) replaces p_0 … p_{n−1} and
     `tokens` (same shapes) replaces the token rows (zeros give the position-only input)."""
@@ -108,7 +108,7 @@ def embed(tensors: Mapping[str, np.ndarray], shape: ModelShape, ids: np.ndarray,
     return x
 
 
-def attention_layer(tensors: Mapping[str, np.ndarray], shape: ModelShape, layer: int, x: np.ndarray,
+def attention_layer(tensors: Mapping[str, np.ndarray], shape: Shape, layer: int, x: np.ndarray,
                     allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(Σ_h A_h v_h W_O^h + b_O, A) for input x [batch, n, D]; `allowed` [batch or 1, 1, n, n] marks the keys a
     query may attend to."""
@@ -134,14 +134,14 @@ def attention_layer(tensors: Mapping[str, np.ndarray], shape: ModelShape, layer:
     return out, A
 
 
-def mlp(tensors: Mapping[str, np.ndarray], shape: ModelShape, layer: int, x: np.ndarray) -> np.ndarray:
+def mlp(tensors: Mapping[str, np.ndarray], shape: Shape, layer: int, x: np.ndarray) -> np.ndarray:
     pre = f"blocks.{layer}.mlp."
     act = gelu_tanh if shape.family == "gpt2" else gelu_erf
     inner = act(x @ _f64(tensors, f"{pre}W_in") + _f64(tensors, f"{pre}b_in"))
     return inner @ _f64(tensors, f"{pre}W_out") + _f64(tensors, f"{pre}b_out")
 
 
-def allowed_keys(shape: ModelShape, n: int, key_mask: np.ndarray | None = None) -> np.ndarray:
+def allowed_keys(shape: Shape, n: int, key_mask: np.ndarray | None = None) -> np.ndarray:
     """[batch or 1, 1, n, n] booleans: causal for GPT-2; for BERT every key, or the unpadded ones of `key_mask`."""
     if shape.family == "gpt2":
         if key_mask is not None:
@@ -153,7 +153,7 @@ def allowed_keys(shape: ModelShape, n: int, key_mask: np.ndarray | None = None) 
     return np.broadcast_to(key_mask[:, None, None, :], (key_mask.shape[0], 1, n, n))
 
 
-def forward(tensors: Mapping[str, np.ndarray], shape: ModelShape, ids: np.ndarray, *,
+def forward(tensors: Mapping[str, np.ndarray], shape: Shape, ids: np.ndarray, *,
             positions: np.ndarray | None = None, tokens: np.ndarray | None = None,
             key_mask: np.ndarray | None = None, keep_attention: bool = False,
             attention_hook: AttentionHook | None = None) -> ForwardPass:
@@ -187,13 +187,13 @@ def forward(tensors: Mapping[str, np.ndarray], shape: ModelShape, ids: np.ndarra
     return ForwardPass(np.stack(states), np.stack(patterns) if keep_attention else None)
 
 
-def final_norm(tensors: Mapping[str, np.ndarray], shape: ModelShape, h: np.ndarray) -> np.ndarray:
+def final_norm(tensors: Mapping[str, np.ndarray], shape: Shape, h: np.ndarray) -> np.ndarray:
     """GPT-2's ln_f applied to residual-stream states h [..., D]."""
     return layer_norm(np.asarray(h, dtype=np.float64), _f64(tensors, "ln_final.w"), _f64(tensors, "ln_final.b"),
                       shape.ln_eps)
 
 
-def lm_logits(tensors: Mapping[str, np.ndarray], shape: ModelShape, h: np.ndarray,
+def lm_logits(tensors: Mapping[str, np.ndarray], shape: Shape, h: np.ndarray,
               unembed: np.ndarray | None = None) -> np.ndarray:
     """GPT-2's next-token logits ln_f(h) W_Eᵀ (the unembedding is tied to W_E) for states h [..., D].
 

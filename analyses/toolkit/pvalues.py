@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import math
 
-from analyses.engine.results import Text
-
 
 def p_floor(n_draws: int) -> float:
     """The smallest p-value N draws can give, 1/(1 + N)."""
@@ -37,7 +35,6 @@ def p_value_cell(p: float, n_draws: int) -> float | str:
     return f"< {floor_bound(n_draws)}" if at_floor(p, n_draws) else p
 
 
-def p_value_text(p: float, n_draws: int, description: str) -> Text:
+def p_value_text(p: float, n_draws: int) -> str:
     """A cited p-value: "p < 0.02 (50 draws)" at the floor, "p = 0.08" above it."""
-    text = f"p < {floor_bound(n_draws)} ({n_draws} draws)" if at_floor(p, n_draws) else f"p = {p:.2f}"
-    return Text(text, description)
+    return f"p < {floor_bound(n_draws)} ({n_draws} draws)" if at_floor(p, n_draws) else f"p = {p:.2f}"
