@@ -28,7 +28,7 @@ import numpy as np
 
 from analyses.engine.registry import register
 from analyses.engine.results import Accuracy, Number, Result, Table, Text, spoken_list
-from analyses.engine.sources import ModelShape
+from analyses.engine.sources import TOKEN_SUBSPACE, ModelShape
 from analyses.toolkit import plotting
 from analyses.toolkit.attention import VARIANTS, column_label, input_gain, variant_matrix
 from analyses.toolkit.linalg import support_union, top_right_singular_vectors
@@ -36,7 +36,6 @@ from analyses.toolkit.subspaces import (captured, energy_fraction, prefix_energy
                                         principal_angles, random_basis, random_energy_moments,
                                         sampled_energy_fractions, trace_ratio)
 
-TOKEN_SUBSPACE = ("E_centred.S", "E_centred.V")
 BAND = (2.5, 97.5)
 """Percentiles of the random draws that bound the plotted bands and the reported lower tail."""
 

@@ -58,6 +58,7 @@ from typing import NamedTuple
 import numpy as np
 
 from analyses.engine.checkpoint import FLOATING, SafetensorsFile, WeightsError, plausible_or_raise, sha256_file
+from analyses.toolkit.linalg import centred_token_svd, fix_signs
 
 WEIGHTS_ENV = "GPT2_WEIGHTS"
 """Environment variable naming a local directory with GPT-2 small's weights (used for `--model gpt2`)."""
@@ -249,26 +250,6 @@ def expand(pattern: str, n_layers: int) -> list[str]:
 # The token subspace: top right singular vectors of the row-centred token embeddings
 
 
-def centred_token_svd(E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(S, V): all singular values of E_c = E − m 1ᵀ (m_t the mean of row t), descending, and the right
-    singular vectors as the columns of V [D, D], each signed so that its largest-magnitude entry is positive.
-
-    Computed from the D × D Gram matrix E_cᵀE_c = V diag(S²) Vᵀ in float64 (E has tens of thousands of rows),
-    which resolves singular values down to about √ε·σ_max ≈ 1e-8·σ_max.
-    """
-    E = np.asarray(E, dtype=np.float64)
-    centred = E - E.mean(axis=1, keepdims=True)
-    eigenvalues, V = np.linalg.eigh(centred.T @ centred)
-    order = np.argsort(eigenvalues)[::-1]
-    S = np.sqrt(np.clip(eigenvalues[order], 0, None))
-    return S, _fix_signs(V[:, order])
-
-
-def _fix_signs(V: np.ndarray) -> np.ndarray:
-    signs = np.sign(V[np.abs(V).argmax(axis=0), np.arange(V.shape[1])])
-    return V * signs
-
-
 def read_token_pca(path: Path, d_model: int) -> tuple[np.ndarray, np.ndarray]:
     """(S, V) from a saved PCA output T = V diag(S) ([d_model, k]): column norms and normalised columns.
 
@@ -288,7 +269,7 @@ def read_token_pca(path: Path, d_model: int) -> tuple[np.ndarray, np.ndarray]:
     S, V = S[order], T[:, order] / S[order]
     if np.abs(V.T @ V - np.eye(V.shape[1])).max() > 1e-4:
         raise WeightsError(f"{path}: the columns are not orthogonal, so it is not the output of a PCA")
-    return S, _fix_signs(V)
+    return S, fix_signs(V)
 
 
 # ---------------------------------------------------------------------------
@@ -524,7 +505,6 @@ class WeightSource:
                 raise WeightsError(f"{', '.join(bad)} in {self.directory} do not match SHA256SUMS: "
                                    "the files are corrupted or were changed")
         return digests
-
 
 
 SUMS_LINE = re.compile(r"([0-9a-fA-F]{64}) [ *](.+)")

@@ -115,3 +115,24 @@ def support_union(V: np.ndarray, mass: float) -> np.ndarray:
     directions lives, e.g. the embedding dimensions that P's top singular vectors use."""
     V = np.asarray(V, dtype=np.float64)
     return np.unique(np.concatenate([mass_support(V[:, k], mass) for k in range(V.shape[1])]))
+
+
+def centred_token_svd(E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(S, V): all singular values of E_c = E − m 1ᵀ (m_t the mean of row t), descending, and the right
+    singular vectors as the columns of V [D, D], each signed so that its largest-magnitude entry is positive.
+
+    Computed from the D × D Gram matrix E_cᵀE_c = V diag(S²) Vᵀ in float64 (E has tens of thousands of rows),
+    which resolves singular values down to about √ε·σ_max ≈ 1e-8·σ_max.
+    """
+    E = np.asarray(E, dtype=np.float64)
+    centred = E - E.mean(axis=1, keepdims=True)
+    eigenvalues, V = np.linalg.eigh(centred.T @ centred)
+    order = np.argsort(eigenvalues)[::-1]
+    S = np.sqrt(np.clip(eigenvalues[order], 0, None))
+    return S, fix_signs(V[:, order])
+
+
+def fix_signs(V: np.ndarray) -> np.ndarray:
+    """V with each column signed so that its largest-magnitude entry is positive."""
+    signs = np.sign(V[np.abs(V).argmax(axis=0), np.arange(V.shape[1])])
+    return V * signs
