@@ -340,6 +340,7 @@ register(
             "reference": {"log_volume": 393.94125, "effective_rank": 535.5224, "condition": 34819.75},
             "n_gaussian": 4, "n_shuffles": 1, "seed": 0, "alpha": 0.05},
     figures={"spectra": plot_spectra, "baselines": plot_baselines, "head_effective_rank": plot_head_effective_rank},
+    groups=("first report", "notebook subset"),
 )
 
 # ---------------------------------------------------------------------------
@@ -554,4 +555,5 @@ register(
     family_needs={"gpt2": ("blocks.*.ln1.w",), "bert": ("embed.ln.w", "blocks.*.ln2.w")},  # `input_gain`
     params={"ks": (1, 3, 10, 30), "n_overlap_vectors": 16, "overlap_k": 10},
     figures={"alignment": plot_alignment, "overlaps": plot_overlaps},
+    groups=("first report",),
 )

@@ -50,4 +50,4 @@ def checkpoint_inventory(tensors: Mapping[str, np.ndarray], shape: ModelShape) -
     return Result(numbers, {"tensor_groups": Table(("tensor", "shape", "present (layers)", "complete"), rows)})
 
 
-register("checkpoint_inventory", "What the checkpoint holds", checkpoint_inventory)
+register("checkpoint_inventory", "What the checkpoint holds", checkpoint_inventory, groups=("first report",))

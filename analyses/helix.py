@@ -336,4 +336,5 @@ register(
                               "period_edges": (25, 50, 100, 150, 200, 250), "period_windows": 4},
     figures={"helix": plot_helix, "components": plot_components, "phase": plot_phase, "outliers": plot_outliers},
     files={"helix_3d.md": helix_3d_html},
+    groups=("first report", "notebook subset"),
 )

@@ -147,6 +147,7 @@ register(
     "near_orthogonality", "Random directions in high dimension are nearly orthogonal", near_orthogonality,
     scope="common", params={"dims": (3, 12, 48, 192, 768), "n_pairs": 20000, "tail_at": 0.1, "seed": 0},
     figures={"histograms": plot_cosine_histograms},
+    groups=("first report",),
 )
 
 
@@ -219,6 +220,7 @@ register(
     params={"dims": (1, 2, 3, 10, 30, 100, 384, 768), "epsilons": (0.01, 0.05, 0.1), "mc_dims": (2, 3, 5, 8),
             "n_samples": 200000, "seed": 0},
     figures={"shell": plot_shell},
+    groups=("first report",),
 )
 
 
@@ -275,6 +277,7 @@ register(
     params={"dims": (1, 2, 3, 5, 10, 30, 100, 384, 768), "ratios": (0.1, 0.5, 1.0, 1.5), "mc_dims": (1, 2, 3, 5),
             "n_samples": 200000, "seed": 0},
     figures={"overlap": plot_overlap},
+    groups=("first report",),
 )
 
 
@@ -448,4 +451,5 @@ register(
     needs=("W_E", "W_pos"), params={"n_pairs": 20000, "n_neighbours": 1000, "seed": 0, "n_curve_pairs": 50,
                                     "subspace_ks": (3, 10, 30)},
     figures={"overlap": plot_embedding_overlap},
+    groups=("first report",),
 )

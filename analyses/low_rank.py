@@ -192,6 +192,7 @@ register(
     params={"fractions": (0.5, 0.8, 0.9, 0.95, 0.99), "split": 100, "mass_ks": (1, 2, 3, 10, 30, 100),
             "sinusoid_base": 10000.0},
     figures={"cumulative_variance": plot_cumulative_variance, "singular_values": plot_singular_values},
+    groups=("first report", "notebook subset"),
 )
 
 
@@ -294,4 +295,5 @@ register(
     "sparse_directions", "Sparsity of the embedding-side singular directions", sparse_directions,
     needs=("W_pos",), params={"n_vectors": 10, "mass": 0.9, "sinusoid_base": 10000.0},
     figures={"vectors": plot_vectors, "overlap": plot_overlap},
+    groups=("first report",),
 )

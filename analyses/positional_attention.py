@@ -219,6 +219,7 @@ register(
     needs=NEEDS, family_needs=FAMILY_NEEDS,
     params={"min_query": 32, "key_mass": 0.2, "local_width": 32, "max_offset": 64, "zoom": 48, "pool": 4},
     figures={"patterns": plot_patterns, "zoom": plot_zoom, "profiles": plot_profiles, "masses": plot_masses},
+    groups=("first report",),
 )
 
 # ---------------------------------------------------------------------------
@@ -387,4 +388,5 @@ register(
     needs=NEEDS, family_needs=FAMILY_NEEDS,
     params={"n_components": 3, "min_query": 32, "edge": EDGE},
     figures={"forms": plot_forms, "score_profiles": plot_score_profiles},
+    groups=("first report",),
 )

@@ -319,4 +319,5 @@ register(
     "shuffle_nulls", "Similarity statistics against four null models", shuffle_nulls,
     needs=("W_pos",), params={"n_draws": 50, "seed": 0, "threshold": 0.5, "bins": 100, "n_components": 3},
     figures={"bands": plot_bands, "effects": plot_effects},
+    groups=("first report", "notebook subset"),
 )

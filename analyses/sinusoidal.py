@@ -186,6 +186,7 @@ register(
             "offsets": (0, 1, 2, 3, 7, 64, 500, 1023, 1024, 5000, 100000),
             "example_columns": (0, 200, 300, 333, 400, 466, 500, 600, 767)},
     figures={"table": plot_table, "cosines": plot_cosines},
+    groups=("first report",),
 )
 
 
@@ -219,6 +220,7 @@ register(
     "sinusoidal_components", "How many components a sinusoidal table needs", sinusoidal_components,
     scope="common",
     params={"d_model": 768, "n_positions": (256, 512, 1024, 2048), "bases": (1000.0, 10000.0), "fraction": 0.9},
+    groups=("first report",),
 )
 
 
@@ -299,4 +301,5 @@ register(
     "sinusoidal_vs_learned", "The learned position matrix beside the sinusoidal table", sinusoidal_vs_learned,
     needs=("W_pos",), params={"base": 10000.0, "fraction": 0.9},
     figures={"offset_curves": plot_offset_curves, "variance": plot_variance},
+    groups=("first report",),
 )

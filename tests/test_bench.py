@@ -32,7 +32,9 @@ def test_table_lists_each_job_slowest_first_with_a_sum():
     assert lines[-1].split()[1:] == ["3.50", "3.30"]
 
 
-def test_the_subsets_name_registered_analyses():
-    from analyses.engine.pipeline import select
+def test_the_groups_the_bench_times_are_registered():
+    from analyses.engine.registry import group
 
-    assert {a.name for a in select([*bench.SUBSET, *bench.FIRST_REPORT])} == {*bench.SUBSET, *bench.FIRST_REPORT}
+    assert set(group(bench.SUBSET)) == {"position_matrix", "similarity", "shuffle_nulls", "helix", "low_rank",
+                                        "attention_spectra"}
+    assert len(group(bench.FIRST_REPORT)) == 18 and set(group(bench.SUBSET)) <= set(group(bench.FIRST_REPORT))

@@ -28,14 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analyses.engine.cache import CACHE_DIR, TIMINGS
+from analyses.engine.registry import group
 
-SUBSET = ("position_matrix", "similarity", "shuffle_nulls", "helix", "low_rank", "attention_spectra")
-"""What ../shared/bench/seed_style.py does in notebook style, as analyses of this project (GPT-2 only)."""
-FIRST_REPORT = ("checkpoint_inventory", "position_matrix", "similarity", "shuffle_nulls", "low_rank",
-                "sparse_directions", "helix", "attention_spectra", "attention_alignment", "positional_attention",
-                "positional_qk", "sinusoidal_identities", "sinusoidal_components", "sinusoidal_vs_learned",
-                "near_orthogonality", "thin_shell", "ball_overlap", "embedding_ball_overlap")
-"""The analyses of the report before the chapters on baselines, content and the forward pass."""
+SUBSET = "notebook subset"
+"""The group of what ../shared/bench/seed_style.py does in notebook style, as analyses of this project (GPT-2 only)."""
+FIRST_REPORT = "first report"
+"""The group of the analyses of the report before the chapters on baselines, content and the forward pass."""
 TARGETS = {"subset_ratio": 0.75, "first_report_s": 25.0, "all_s": 40.0, "all_mb": 1024.0, "warm_s": 1.0}
 
 
@@ -145,7 +143,7 @@ def baseline(repository: Path, script: Path, weights: Path, repeats: int = 3) ->
     for _ in range(repeats):
         with tempfile.TemporaryDirectory(prefix="analyses-bench-") as tmp:
             theirs.append(timed([sys.executable, str(script), str(weights), str(Path(tmp) / "notebook")]))
-            ours.append(timed(_run(_empty_repository(tmp, repository), SUBSET, ("gpt2",))))
+            ours.append(timed(_run(_empty_repository(tmp, repository), group(SUBSET), ("gpt2",))))
     return _median(ours), _median(theirs)
 
 
@@ -169,7 +167,7 @@ def main(repository: Path, script: Path | None = None, weights: Path | None = No
         print(f"this project, same subset:      {ours.wall:6.2f} s, peak {ours.peak_mb:6.0f} MB  "
               f"(ratio {ratio:.2f}, target ≤ {TARGETS['subset_ratio']})\n")
         met["subset"] = ratio <= TARGETS["subset_ratio"] and ours.peak_mb <= theirs.peak_mb
-    first, _, _ = cold_and_warm(repository, FIRST_REPORT, repeats=repeats)
+    first, _, _ = cold_and_warm(repository, group(FIRST_REPORT), repeats=repeats)
     cold, warm, per_job = cold_and_warm(repository, repeats=repeats)
     print(f"{'run':38s} {'wall (s)':>9s} {'peak (MB)':>10s}")
     for name, timing in (("cold, analyses of the first report", first), ("cold, every analysis", cold),

@@ -52,7 +52,8 @@ class Analysis:
     pattern means every layer) and `tokenizer` when it tokenises text; `family_needs` adds
     what only one model family reads (e.g. BERT's embedding LayerNorm). `libraries` names
     installed distributions beyond the base set (see `engine.fingerprints`) whose versions
-    can change its output, e.g. torch for an analysis that runs a model.
+    can change its output, e.g. torch for an analysis that runs a model. `groups` names the sets it belongs
+    to that a front end runs together (e.g. "first report", which the benchmark times); they shape no output.
     """
 
     name: str
@@ -65,6 +66,7 @@ class Analysis:
     scope: str = "model"
     libraries: tuple[str, ...] = ()
     family_needs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    groups: tuple[str, ...] = ()
 
     def needs_for(self, family: str) -> tuple[str, ...]:
         """What this analysis reads from a model of the given family ("gpt2" or "bert")."""
@@ -103,6 +105,11 @@ def register(name: str, title: str, compute: Callable[..., Result], **kwargs) ->
         raise ValueError(f"analysis {name}: parameters without a default in params: {sorted(missing)}")
     _REGISTRY[name] = item
     return item
+
+
+def group(name: str) -> tuple[str, ...]:
+    """The names of the analyses in the named group, in name order."""
+    return tuple(a.name for a in all_analyses().values() if name in a.groups)
 
 
 def topic_modules() -> list[str]:
