@@ -344,6 +344,7 @@ def test_code_hash_changes_with_a_used_module_and_not_with_an_unrelated_one(monk
 def test_topics_are_found_by_where_they_live():
     topics = registry.topic_modules()
     assert "analyses.position_matrix" in topics and "analyses.similarity" in topics
+    assert "analyses.position_content.norms" in topics  # a topic may be a subpackage
     assert not [t for t in topics if t.startswith(("analyses.engine", "analyses.toolkit", "analyses._"))]
     assert {a.module for a in select()} <= set(topics)
 

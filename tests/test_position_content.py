@@ -15,9 +15,12 @@ from analyses.engine.cache import Cache
 from analyses.engine.pipeline import Job, run, select
 from analyses.engine.sources import ModelShape, hub_source, local_source, open_source
 from analyses.engine.registry import all_analyses
-from analyses.position_content import (attention_energy_reading, attention_position_content, enrichment_and_z,
-                                       interference_ratio, missing_energy_bounds, mlp_input_gain, mlp_position_content, position_token_subspaces, subspace_bases,
-                                       sum_ratio, token_position_sum)
+from analyses.position_content.attention_reading import (attention_energy_reading, attention_position_content,
+                                                         missing_energy_bounds)
+from analyses.position_content.measures import enrichment_and_z, subspace_bases
+from analyses.position_content.mlp_reading import mlp_input_gain, mlp_position_content
+from analyses.position_content.norms import interference_ratio, sum_ratio, token_position_sum
+from analyses.position_content.token_subspaces import position_token_subspaces
 from analyses.toolkit.subspaces import random_basis
 
 D = 24

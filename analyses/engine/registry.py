@@ -1,10 +1,10 @@
 """The registry of analyses: what each computes, from which tensors, with which parameters.
 
-A topic is a module at the top of the `analyses` package (e.g. `analyses/position_matrix.py`):
-it defines pure compute functions and separate figure functions, then calls `register(...)`.
-`all_analyses()` imports every such module, found by where it lives, so adding a topic
-touches only its module (and its chapter). The engine (`analyses.engine`) and the shared
-helpers (`analyses.toolkit`) are subpackages and are never taken for topics.
+A topic is a module at the top of the `analyses` package (e.g. `analyses/position_matrix.py`), or a
+subpackage there whose modules share the work (e.g. `analyses/position_content/`): it defines pure compute
+functions and separate figure functions, then calls `register(...)`. `all_analyses()` imports every such
+module, found by where it lives, so adding a topic touches only its module (and its chapter). The engine
+(`analyses.engine`) and the shared helpers (`analyses.toolkit`) are subpackages and are never taken for topics.
 
 Each analysis's code hash covers everything on the path from its compute function to the
 bytes committed in the cache: its topic module, every `analyses` module that module uses
@@ -34,6 +34,7 @@ FileFn = Callable[[Result, ModelShape | None], str]
 """Writes one extra text output (e.g. an interactive HTML view) from a result."""
 
 ENGINE = "analyses.engine"
+TOOLKIT = "analyses.toolkit"
 FRONT_ENDS = frozenset({"analyses.engine.cli", "analyses.engine.bench", "analyses.engine.verify", "analyses.__main__"})
 """Modules that start runs, check or print, but shape no cached byte: left out of every code hash."""
 
@@ -113,9 +114,19 @@ def group(name: str) -> tuple[str, ...]:
 
 
 def topic_modules() -> list[str]:
-    """The topic modules: every plain module at the top of the `analyses` package (not `_private`)."""
-    return [f"analyses.{info.name}" for info in pkgutil.iter_modules(analyses.__path__)
-            if not info.ispkg and not info.name.startswith("_")]
+    """The topic modules: every module at the top of the `analyses` package, and every module of a subpackage
+    there other than the engine and the toolkit (none whose name starts with _)."""
+    modules = []
+    for info in pkgutil.iter_modules(analyses.__path__):
+        name = f"analyses.{info.name}"
+        if info.name.startswith("_") or name in (ENGINE, TOOLKIT):
+            continue
+        if not info.ispkg:
+            modules.append(name)
+            continue
+        package = importlib.import_module(name)
+        modules += [f"{name}.{sub.name}" for sub in pkgutil.iter_modules(package.__path__) if not sub.name.startswith("_")]
+    return modules
 
 
 def all_analyses() -> dict[str, Analysis]:
