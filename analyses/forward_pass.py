@@ -31,6 +31,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from analyses.engine.inputs import ModelInputs
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table, Text, spoken_list
 from analyses.engine.sources import ModelShape, model_spec
@@ -93,17 +94,13 @@ def _slug(shape: ModelShape) -> str:
         return shape.name.replace("-", "_")
 
 
-def decode(tensors, ids) -> list[str]:
-    """Each id as its text, through the model's tokenizer; the id itself where no tokenizer is at hand.
-
-    The engine's `Tensors` exposes `tokenize` but no decoder, so its tokenizer is reached directly (see the
-    module's report); ids are always cached beside the strings.
-    """
+def decode(tensors: ModelInputs, ids) -> list[str]:
+    """Each id as its text, through the model's tokenizer; the id itself where no tokenizer is at hand (ids are
+    always cached beside the strings)."""
     try:
-        tokenizer = tensors._tokenizer
-    except (AttributeError, KeyError):
+        return tensors.decode(ids)
+    except KeyError:
         return [str(int(i)) for i in ids]
-    return [tokenizer.decode([int(i)]) for i in ids]
 
 
 def shown(token: str) -> str:

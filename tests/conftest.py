@@ -16,6 +16,27 @@ from analyses.engine.sources import WEIGHTS_ENV, ModelSpec
 TINY = {"d_model": 8, "n_ctx": 16, "n_layers": 2, "n_heads": 2, "d_vocab": 11}
 
 
+class Given(dict):
+    """Arrays handed to an analysis directly, as the engine's `ModelInputs`: no source, no second token PCA
+    (unless given), no tokenizer."""
+
+    def __init__(self, tensors, replicate=None, origin="given directly to the analysis"):
+        super().__init__(tensors)
+        self._replicate, self._origin = replicate, origin
+
+    def origin(self, name: str) -> str:
+        return self._origin.format(name=name)
+
+    def replicate_token_subspace(self):
+        return self._replicate
+
+    def tokenize(self, text: str, special_tokens: bool = False):
+        raise KeyError("tokenizer")
+
+    def decode(self, ids):
+        raise KeyError("tokenizer")
+
+
 def gpt2_state_dict(rng: np.random.Generator, d=8, n_ctx=16, n_layers=2, d_vocab=11,
                     with_wte: bool = True, with_mlp: bool = True) -> dict[str, np.ndarray]:
     """A random GPT-2-layout state dict (unit tests only: never a cited result)."""

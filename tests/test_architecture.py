@@ -121,3 +121,16 @@ def test_the_engine_computes_no_science():
 ])
 def test_imports_are_read_at_any_depth(source, expected):
     assert [name for _, name in imported(PACKAGE / "helix.py", source)] == expected
+
+
+def test_the_engine_hands_analyses_what_their_inputs_protocol_names():
+    from conftest import Given
+
+    from analyses.engine.inputs import ModelInputs
+    from analyses.engine.sources import Tensors
+
+    members = {name for name in vars(ModelInputs) if not name.startswith("_") or name in
+               ("__getitem__", "__contains__", "__iter__", "__len__")} - {"_is_protocol"}
+    assert {"origin", "replicate_token_subspace", "tokenize", "decode"} <= members
+    for kind in (Tensors, Given):
+        assert not [m for m in members if not callable(getattr(kind, m, None))], kind.__name__

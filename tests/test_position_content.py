@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 from scipy import stats
-from conftest import gpt2_config, gpt2_state_dict, write_checkpoint
+from conftest import Given, gpt2_config, gpt2_state_dict, write_checkpoint
 from test_sources import _hub_layout, _sklearn_style_pca
 
 from analyses.engine.cache import Cache
@@ -54,7 +54,7 @@ def test_orthogonal_subspaces_have_no_energy_and_right_angles():
     rng = np.random.default_rng(0)
     Q = random_basis(D, D, rng)
     tensors = {"W_pos": planted_position(Q, rng), **token_subspace(Q[:, 3:])}  # E's directions avoid P's span
-    n = values(position_token_subspaces(tensors, shape(), **OVERLAP))
+    n = values(position_token_subspaces(Given(tensors), shape(), **OVERLAP))
     assert n["energy_k3"] == pytest.approx(0, abs=1e-12) and n["energy_k6"] == pytest.approx(0, abs=1e-12)
     assert n["angle_min_k3"] == pytest.approx(90, abs=1e-9) and n["cos2_k3"] == pytest.approx(0, abs=1e-12)
     assert n["complement_energy"] == pytest.approx(1) and n["complement_dims"] == 3
@@ -66,7 +66,7 @@ def test_identical_subspaces_have_all_the_energy_and_zero_angles():
     rng = np.random.default_rng(1)
     Q = random_basis(D, D, rng)
     tensors = {"W_pos": planted_position(Q, rng), **token_subspace(Q)}
-    result = position_token_subspaces(tensors, shape(), **OVERLAP)
+    result = position_token_subspaces(Given(tensors), shape(), **OVERLAP)
     n = values(result)
     assert n["energy_k3"] == pytest.approx(1, abs=1e-12) and n["ratio_k3"] == pytest.approx(D / 3)
     assert n["angle_min_k3"] == pytest.approx(0, abs=1e-6) and n["cos2_k3"] == pytest.approx(1, abs=1e-12)
@@ -79,7 +79,7 @@ def test_random_token_subspaces_give_k_over_d_with_the_stated_spread():
     rng = np.random.default_rng(2)
     P = planted_position(random_basis(D, D, rng), rng)
     params = OVERLAP | {"n_random": 2}
-    draws = [values(position_token_subspaces({"W_pos": P, **token_subspace(random_basis(D, D, rng))}, shape(),
+    draws = [values(position_token_subspaces(Given({"W_pos": P, **token_subspace(random_basis(D, D, rng))}), shape(),
                                              **params)) for _ in range(400)]
     for k in (3, 6):
         z = np.array([d[f"z_k{k}"] for d in draws])
@@ -92,7 +92,7 @@ def test_random_token_subspaces_give_k_over_d_with_the_stated_spread():
 def test_energy_blocks_and_captures_add_up():
     rng = np.random.default_rng(3)
     P = rng.standard_normal((40, D))
-    result = position_token_subspaces({"W_pos": P, **token_subspace(random_basis(D, 20, rng))}, shape(), **OVERLAP)
+    result = position_token_subspaces(Given({"W_pos": P, **token_subspace(random_basis(D, 20, rng))}), shape(), **OVERLAP)
     blocks = result.tables["blocks"]
     assert sum(blocks.column("energy of P")) == pytest.approx(1, abs=1e-12)
     assert sum(d * c for d, c in zip(blocks.column("dimensions"), blocks.column("capture by P's top 3"))) == \
@@ -108,12 +108,12 @@ def test_first_direction_capture_has_a_uniform_p_value_under_random_token_direct
     rng = np.random.default_rng(4)
     Q = random_basis(D, D, rng)
     P = planted_position(Q, rng)
-    inside = values(position_token_subspaces({"W_pos": P, **token_subspace(Q)}, shape(), **OVERLAP))
+    inside = values(position_token_subspaces(Given({"W_pos": P, **token_subspace(Q)}), shape(), **OVERLAP))
     assert inside["capture_1"] == pytest.approx(1) and inside["capture_1_p"] == pytest.approx(0, abs=1e-12)
-    outside = values(position_token_subspaces({"W_pos": P, **token_subspace(Q[:, 3:])}, shape(), **OVERLAP))
+    outside = values(position_token_subspaces(Given({"W_pos": P, **token_subspace(Q[:, 3:])}), shape(), **OVERLAP))
     assert outside["capture_1_p"] == pytest.approx(1) and outside["capture_1_p_corrected"] == 1
     params = OVERLAP | {"n_random": 2}
-    p = np.array([values(position_token_subspaces({"W_pos": P, **token_subspace(random_basis(D, D, rng))}, shape(),
+    p = np.array([values(position_token_subspaces(Given({"W_pos": P, **token_subspace(random_basis(D, D, rng))}), shape(),
                                                   **params))["capture_1_p"] for _ in range(400)])
     assert stats.kstest(p, "uniform").pvalue > 1e-3
 
@@ -124,7 +124,7 @@ def test_token_energy_in_the_sparse_columns_of_p_with_the_bounds_of_the_missing_
     rng = np.random.default_rng(5)
     P = np.linalg.qr(rng.standard_normal((40, 3)))[0] * [3.0, 2.0, 1.0] @ np.eye(D)[:3]
     S = np.linspace(5, 1, D - 1)
-    full = values(position_token_subspaces({"W_pos": P, "E_centred.S": S, "E_centred.V": np.eye(D)[:, :D - 1]},
+    full = values(position_token_subspaces(Given({"W_pos": P, "E_centred.S": S, "E_centred.V": np.eye(D)[:, :D - 1]}),
                                            shape(), **OVERLAP))
     share = np.sum(S[:3] ** 2) / np.sum(S**2)
     assert full["sparse_union"] == 3 and full["sparse_p_energy"] == pytest.approx(1)
@@ -132,7 +132,7 @@ def test_token_energy_in_the_sparse_columns_of_p_with_the_bounds_of_the_missing_
     assert full["sparse_e_energy_lo"] == full["sparse_e_energy_hi"] == pytest.approx(share)  # nothing is missing
     assert full["sparse_e_ratio"] == pytest.approx(share / (3 / D))
     k = 10
-    cut = values(position_token_subspaces({"W_pos": P, "E_centred.S": S[:k], "E_centred.V": np.eye(D)[:, :k]},
+    cut = values(position_token_subspaces(Given({"W_pos": P, "E_centred.S": S[:k], "E_centred.V": np.eye(D)[:, :k]}),
                                           shape(), **OVERLAP))
     m = (D - 1 - k) * S[k - 1] ** 2
     assert cut["sparse_e_energy_lo"] == pytest.approx(np.sum(S[:3] ** 2) / (np.sum(S[:k] ** 2) + m))
@@ -146,18 +146,6 @@ def test_sparse_columns_are_those_of_the_sparse_directions_analysis():
     assert (mine["sparse_vectors"], mine["sparse_mass"]) == (theirs["n_vectors"], theirs["mass"])
 
 
-class _WithReplicate(dict):
-    def __init__(self, tensors, replicate):
-        super().__init__(tensors)
-        self._replicate = replicate
-
-    def replicate_token_subspace(self):
-        return self._replicate
-
-    def origin(self, name):
-        return f"planted {name}"
-
-
 def test_replicate_run_marks_where_the_token_directions_stop_agreeing():
     rng = np.random.default_rng(4)
     Q = random_basis(D, D, rng)
@@ -165,8 +153,8 @@ def test_replicate_run_marks_where_the_token_directions_stop_agreeing():
     V_b = V.copy()
     c = np.cos(np.pi / 4)
     V_b[:, 4], V_b[:, 5] = c * V[:, 4] + c * V[:, 5], -c * V[:, 4] + c * V[:, 5]  # turn directions 5 and 6
-    tensors = _WithReplicate({"W_pos": rng.standard_normal((40, D)), **token_subspace(V)},
-                             (np.linspace(10, 1, 10), V_b))
+    tensors = Given({"W_pos": rng.standard_normal((40, D)), **token_subspace(V)},
+                    replicate=(np.linspace(10, 1, 10), V_b), origin="planted {name}")
     n = values(position_token_subspaces(tensors, shape(), **OVERLAP | {"ks": (3, 5, 6)}))
     assert n["replicate_exact_k"] == 4
     assert n["replicate_agreement_k5"] == pytest.approx((4 + c**2) / 5)
@@ -287,7 +275,7 @@ def test_position_subspace_is_that_of_p_as_published_not_centred():
 
 def test_attention_matrices_reading_planted_subspaces():
     tensors = planted_model(np.random.default_rng(8))
-    n = values(attention_position_content(tensors, shape(d=8), ks=(2,), primary_k=2, strong=1.5))
+    n = values(attention_position_content(Given(tensors), shape(d=8), ks=(2,), primary_k=2, strong=1.5))
     full, none = 8 / 2, 0.0  # all of the energy in a 2-dimensional subspace of R^8, or none of it
     for key, want in (("l0_q_p", full), ("l0_q_e", none), ("l0_k_e", full), ("l0_k_p", none), ("l0_v_e", full),
                       ("l0_q_raw_p", full), ("l0_o_e", full), ("l0_o_p", none)):
@@ -319,7 +307,7 @@ def test_energy_weighted_reading_of_planted_maps():
     one missing direction; sds from random rotations are zero for nothing and the table repeats the numbers."""
     d = 8
     tensors, Q = planted_energy_model(np.random.default_rng(10), d)
-    result = attention_energy_reading(tensors, shape(d=d))
+    result = attention_energy_reading(Given(tensors), shape(d=d))
     n = values(result)
     S2 = np.linspace(4, 1, d - 3) ** 2
     for key in ("q", "q_raw"):
@@ -356,9 +344,9 @@ def test_the_layernorm_gain_is_folded_into_what_the_attention_reads():
     tensors = planted_model(rng)
     tensors["blocks.0.attn.W_Q"] = heads_in(rng.standard_normal((8, 8)), 2)  # reads everything
     tensors["blocks.0.ln1.w"] = np.array([1e-3, 1e-3, 1, 1, 1, 1, 1, 1.0])  # but the gain mutes P's dimensions
-    n = values(attention_position_content(tensors, shape(d=8), ks=(2,), primary_k=2, strong=1.5))
+    n = values(attention_position_content(Given(tensors), shape(d=8), ks=(2,), primary_k=2, strong=1.5))
     assert n["l0_q_raw_p"] > 0.2 and n["l0_q_p"] < 1e-4
-    bert = values(attention_position_content(tensors | {"embed.ln.w": np.ones(8)}, shape("bert", d=8), ks=(2,),
+    bert = values(attention_position_content(Given(tensors | {"embed.ln.w": np.ones(8)}), shape("bert", d=8), ks=(2,),
                                              primary_k=2, strong=1.5))
     assert bert["l0_q_p"] == pytest.approx(bert["l0_q_raw_p"])  # BERT's layer 0 reads the embedding LayerNorm
 
@@ -366,7 +354,7 @@ def test_the_layernorm_gain_is_folded_into_what_the_attention_reads():
 def test_mlp_reads_planted_token_subspace_through_the_right_gain():
     rng = np.random.default_rng(10)
     tensors = planted_model(rng)
-    n = values(mlp_position_content(tensors, shape(d=8), ks=(2,), primary_k=2, curve_k=3))
+    n = values(mlp_position_content(Given(tensors), shape(d=8), ks=(2,), primary_k=2, curve_k=3))
     assert n["l0_e_k2"] == pytest.approx(4) and n["l0_p_k2"] == pytest.approx(0, abs=1e-12)
     assert n["n_layers_e_over_p"] == 2 and n["layers_e_over_p"] == "0 and 1"
     tensors["blocks.0.ln1.w"], tensors["blocks.0.ln2.w"] = np.full(8, 2.0), np.full(8, 3.0)

@@ -394,6 +394,10 @@ class Tensors(Mapping):
         model's tokenizer adds around a sequence (BERT: [CLS] … [SEP]; GPT-2: nothing)."""
         return np.asarray(self._tokenizer(text, add_special_tokens=special_tokens)["input_ids"], dtype=np.int64)
 
+    def decode(self, ids) -> list[str]:
+        """Each token id as its text, through the model's tokenizer (KeyError `tokenizer` where it has none)."""
+        return [self._tokenizer.decode([int(i)]) for i in ids]
+
     @cached_property
     def _tokenizer(self):
         if self._directory is None or not any((self._directory / f).is_file() for f in TOKENIZER_FILES):

@@ -7,10 +7,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from analyses.engine.inputs import ModelInputs
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table, Text, spoken_list
 from analyses.engine.sources import TOKEN_SUBSPACE, ModelShape
-from analyses.position_content.measures import (SUBSPACES, enrichment_and_z, origin_of, reading_heatmaps,
+from analyses.position_content.measures import (SUBSPACES, enrichment_and_z, reading_heatmaps,
                                                 subspace_bases, usable_ks)
 from analyses.toolkit.attention import VARIANTS, column_label, input_gain, variant_matrix
 from analyses.toolkit.subspaces import trace_ratio
@@ -29,7 +30,7 @@ def reading_table(stats: np.ndarray, ks: tuple[int, ...], labels: list[str], pri
     return Table(columns, tuple(rows), formats={c: (".1f" if c.startswith("z") else ".2f") for c in columns[2:]})
 
 
-def attention_position_content(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, ks: tuple[int, ...],
+def attention_position_content(tensors: ModelInputs, shape: ModelShape, *, ks: tuple[int, ...],
                                primary_k: int, strong: float) -> Result:
     """Share of each attention matrix's reading (W_O: writing) energy in P's and in E's top-k subspaces."""
     L, D = shape.n_layers, shape.d_model
@@ -46,7 +47,7 @@ def attention_position_content(tensors: Mapping[str, np.ndarray], shape: ModelSh
     p = ks.index(primary_k)
     numbers = {"primary_k": Number(primary_k, "d", "k of the heatmap and of the cited values"),
                "chance": Number(primary_k / D, ".1%", "k/D at that k"),
-               "token_subspace_origin": Text(origin_of(tensors, "E_centred.V"), "where E's top directions come from")}
+               "token_subspace_origin": Text(tensors.origin("E_centred.V"), "where E's top directions come from")}
     for c, (kind, variant) in enumerate(VARIANTS):
         tag = {"raw": "raw", "γ-folded": "", "output": ""}[variant]
         key = f"{kind.lower()}{'_' + tag if tag else ''}"
@@ -129,7 +130,7 @@ def missing_energy_bounds(S: np.ndarray, V: np.ndarray, B: np.ndarray, D: int) -
     return D * t / ((T + n_missing * s2) * tr_B), D * (t + s2 * in_complement) / (T * tr_B)
 
 
-def attention_energy_reading(tensors: Mapping[str, np.ndarray], shape: ModelShape) -> Result:
+def attention_energy_reading(tensors: ModelInputs, shape: ModelShape) -> Result:
     """How strongly every attention matrix reads (W_O: writes) where P's and E's energy is, weighted by it:
     r_X(W) = D ‖X_c W‖²_F / (‖X_c‖²_F ‖W‖²_F), 1 for a map blind to X's geometry, against W turned by uniformly
     random rotations (same singular values; exact mean 1 and sd); for E also the range that its missing
@@ -137,7 +138,7 @@ def attention_energy_reading(tensors: Mapping[str, np.ndarray], shape: ModelShap
     L, D = shape.n_layers, shape.d_model
     grams = energy_grams(tensors, shape)
     S_E, V_E = np.asarray(tensors["E_centred.S"]), np.asarray(tensors["E_centred.V"])
-    replicate = getattr(tensors, "replicate_token_subspace", lambda: None)()
+    replicate = tensors.replicate_token_subspace()
     gram_b = (np.asarray(replicate[1], dtype=np.float64) * np.asarray(replicate[0], dtype=np.float64) ** 2) @ \
         np.asarray(replicate[1], dtype=np.float64).T if replicate is not None else None
     # [layer, column, (r_P, sd_P, r_E, sd_E, r_E lower bound, r_E upper bound, r_E second run)]
@@ -153,7 +154,7 @@ def attention_energy_reading(tensors: Mapping[str, np.ndarray], shape: ModelShap
             r_b = trace_ratio(gram_b, B)[0] if gram_b is not None else r_e
             stats[layer, c] = (r_p, sd_p, r_e, sd_e, lo, hi, r_b)
     labels = [column_label(*v) for v in VARIANTS]
-    numbers = {"token_subspace_origin": Text(origin_of(tensors, "E_centred.V"), "where E's directions come from"),
+    numbers = {"token_subspace_origin": Text(tensors.origin("E_centred.V"), "where E's directions come from"),
                "k_available": Number(V_E.shape[1], "d", "directions of E_c available"),
                "n_layers": Number(L, "d", "layers")}
     if replicate is not None:

@@ -26,12 +26,6 @@ def usable_ks(ks, available: int, d_model: int) -> tuple[int, ...]:
     return out
 
 
-def origin_of(tensors: Mapping, name: str) -> str:
-    """Where a named quantity comes from, in words (the source's own account when it has one)."""
-    origin = getattr(tensors, "origin", None)
-    return origin(name) if origin else "given directly to the analysis"
-
-
 def enrichment_and_z(W: np.ndarray, bases: list[np.ndarray], ks, side: str) -> np.ndarray:
     """[basis, k, (a, a/(k/D), z)]: W's energy share in the subspace of the first k columns of each basis, and
     against uniformly random subspaces of dimension k (whose moments depend on W and k only: computed once)."""

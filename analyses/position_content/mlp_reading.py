@@ -6,10 +6,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from analyses.engine.inputs import ModelInputs
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table, Text, spoken_list
 from analyses.engine.sources import ModelShape
-from analyses.position_content.measures import SUBSPACES, enrichment_and_z, origin_of, subspace_bases, usable_ks
+from analyses.position_content.measures import SUBSPACES, enrichment_and_z, subspace_bases, usable_ks
 from analyses.toolkit import plotting
 from analyses.toolkit.subspaces import random_energy_moments
 
@@ -24,7 +25,7 @@ def mlp_input_gain(tensors: Mapping[str, np.ndarray], shape: ModelShape, layer: 
 MLP_VARIANTS = ("raw", "γ-folded")
 
 
-def mlp_position_content(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, ks: tuple[int, ...], primary_k: int,
+def mlp_position_content(tensors: ModelInputs, shape: ModelShape, *, ks: tuple[int, ...], primary_k: int,
                          curve_k: int) -> Result:
     """Share of each MLP input matrix's reading energy in P's and in E's top-k subspaces, against random ones."""
     L, D = shape.n_layers, shape.d_model
@@ -48,7 +49,7 @@ def mlp_position_content(tensors: Mapping[str, np.ndarray], shape: ModelShape, *
     labels = [f"{'diag(γ)' if v == 'γ-folded' else ''}W_in" for v in MLP_VARIANTS]
     p = ks.index(primary_k)
     numbers = {"primary_k": Number(primary_k, "d", "k of the cited values"),
-               "token_subspace_origin": Text(origin_of(tensors, "E_centred.V"), "where E's top directions come from")}
+               "token_subspace_origin": Text(tensors.origin("E_centred.V"), "where E's top directions come from")}
     for v, variant in enumerate(MLP_VARIANTS):
         tag = "_raw" if variant == "raw" else ""
         for s, name in enumerate(SUBSPACES):

@@ -3,21 +3,20 @@ capture, and E's energy where P's sparse directions live."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
 
+from analyses.engine.inputs import ModelInputs
 from analyses.engine.registry import register
 from analyses.engine.results import Accuracy, Number, Result, Table, Text
 from analyses.engine.sources import TOKEN_SUBSPACE, ModelShape
-from analyses.position_content.measures import BAND, origin_of, random_capture_sd, usable_ks
+from analyses.position_content.measures import BAND, random_capture_sd, usable_ks
 from analyses.toolkit import plotting
 from analyses.toolkit.linalg import support_union, top_right_singular_vectors
 from analyses.toolkit.subspaces import (captured, energy_fraction, prefix_overlaps, principal_angles, random_basis,
                                         random_energy_moments, sampled_energy_fractions, trace_ratio)
 
 
-def position_token_subspaces(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, ks: tuple[int, ...],
+def position_token_subspaces(tensors: ModelInputs, shape: ModelShape, *, ks: tuple[int, ...],
                              angle_ks: tuple[int, ...], capture_k: int, n_random: int, seed: int,
                              agreement_tol: float, sparse_vectors: int, sparse_mass: float) -> Result:
     """P's energy in E's top-k subspace against random subspaces; principal angles; Simon's capture plot; E's
@@ -41,7 +40,7 @@ def position_token_subspaces(tensors: Mapping[str, np.ndarray], shape: ModelShap
     sampled = sampled_energy_fractions(P, ks_all, n_random, rng, side="output")
     ones = np.ones(D) / np.sqrt(D)
     numbers = {
-        "token_subspace_origin": Text(origin_of(tensors, "E_centred.V"), "where E's top directions come from"),
+        "token_subspace_origin": Text(tensors.origin("E_centred.V"), "where E's top directions come from"),
         "k_available": Number(available, "d", "token directions available (columns of E_centred.V)"),
         "k_max": Number(max(ks), "d", "largest k reported"),
         "n_random": Number(n_random, "d", "uniformly random subspaces sampled per k"),
@@ -74,7 +73,7 @@ def position_token_subspaces(tensors: Mapping[str, np.ndarray], shape: ModelShap
         numbers[f"{key}_kmax"] = numbers[f"{key}_k{k_max}"]
 
     # a second, independent run of the same PCA, where the subspace comes from such files
-    replicate = getattr(tensors, "replicate_token_subspace", lambda: None)()
+    replicate = tensors.replicate_token_subspace()
     arrays = {"curve": curve, "moments": moments, "sampled_lo": np.percentile(sampled, BAND[0], axis=0),
               "sampled_hi": np.percentile(sampled, BAND[1], axis=0), "D": np.array(D)}
     if replicate is not None:
