@@ -21,8 +21,6 @@ def position_token_subspaces(tensors: ModelInputs, shape: ModelShape, *, ks: tup
                              agreement_tol: float, sparse_vectors: int, sparse_mass: float) -> Result:
     """P's energy in E's top-k subspace against random subspaces; principal angles; Simon's capture plot; E's
     energy in the dimensions that P's sparse top directions use."""
-    from scipy.stats import beta as beta_law
-
     D = shape.d_model
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
     S_E, V_E = np.asarray(tensors["E_centred.S"]), np.asarray(tensors["E_centred.V"])
@@ -31,7 +29,26 @@ def position_token_subspaces(tensors: ModelInputs, shape: ModelShape, *, ks: tup
     angle_ks = usable_ks(angle_ks, available, D)
     k_curve = min(available, D - 1)
     rng = np.random.default_rng(seed)
+    numbers, tables, arrays, curve = _energy(tensors, P, S_E, V_E, ks, k_curve, n_random, seed, rng, agreement_tol)
+    angle_numbers, tables["angles"], angle_arrays = _angles(P, V_E, angle_ks, n_random, rng)
+    capture_numbers, tables["blocks"], capture, capture_sd = _capture(P, S_E, V_E, ks, k_curve, capture_k, curve)
+    numbers |= angle_numbers | capture_numbers | _sparse_columns(P, S_E, V_E, sparse_vectors, sparse_mass)
+    arrays |= angle_arrays
+    arrays |= {"capture": capture, "capture_sd": np.array(capture_sd), "capture_k": np.array(capture_k),
+               "S_E": S_E, "S_P": np.linalg.svd(P, compute_uv=False), "rows_E": np.array(shape.d_vocab),
+               "rows_P": np.array(P.shape[0])}
+    # E_c's smallest singular values come from Gram eigenvalues (`centred_token_svd`), resolved to about
+    # √ε·σ_max; the last one is zero in exact arithmetic (rows are centred), so its value is rounding noise
+    resolution = Accuracy(abs=4 * np.sqrt(np.finfo(np.float64).eps) * float(S_E.max()),
+                          basis="singular values from Gram eigenvalues: resolved to about √ε·σ_max")
+    return Result(numbers, tables, arrays, {"S_E": resolution})
 
+
+def _energy(tensors: ModelInputs, P: np.ndarray, S_E: np.ndarray, V_E: np.ndarray, ks: tuple[int, ...], k_curve: int,
+            n_random: int, seed: int, rng: np.random.Generator, agreement_tol: float):
+    """(numbers, tables, arrays, curve): P's energy in E's top-k subspaces against random ones, and against the
+    second run of the token PCA where there is one."""
+    D, available = P.shape[1], V_E.shape[1]
     # energy of P in E's top-k subspace, every k, against the closed form and sampled random subspaces
     per_direction = np.sum((P @ V_E[:, :k_curve]) ** 2, axis=0) / np.sum(P**2)
     curve = np.cumsum(per_direction)
@@ -99,7 +116,13 @@ def position_token_subspaces(tensors: ModelInputs, shape: ModelShape, *, ks: tup
         formats |= {"energy (run b)": ".2%", "runs agree": ".5f"}
         rows = [(*row, curve_b[row[0] - 1], agreement[row[0] - 1]) for row in rows]
     tables = {"energy": Table(columns, tuple(rows), formats=formats)}
+    return numbers, tables, arrays, curve
 
+
+def _angles(P: np.ndarray, V_E: np.ndarray, angle_ks: tuple[int, ...], n_random: int, rng: np.random.Generator):
+    """(numbers, table, arrays): principal angles between P's and E's top-k subspaces, against random ones."""
+    D = P.shape[1]
+    numbers, tables, arrays = {}, {}, {}
     # principal angles between P's and E's top-k subspaces, against random k-subspaces
     B_P = top_right_singular_vectors(P, max(angle_ks))
     angle_draws = {k: np.empty((n_random, k)) for k in angle_ks}
@@ -131,7 +154,17 @@ def position_token_subspaces(tensors: ModelInputs, shape: ModelShape, *, ks: tup
                               f"random: {BAND[0]:g} % smallest", "mean cos²", "k/D", "z"), tuple(angle_rows),
                              formats={"smallest angle": ".1f", "median angle": ".1f", "random: median smallest": ".1f",
                                       f"random: {BAND[0]:g} % smallest": ".1f", "mean cos²": ".4f", "k/D": ".4f", "z": ".1f"})
+    return numbers, tables["angles"], arrays
 
+
+def _capture(P: np.ndarray, S_E: np.ndarray, V_E: np.ndarray, ks: tuple[int, ...], k_curve: int, capture_k: int,
+             curve: np.ndarray):
+    """(numbers, table, capture, its sd): Simon's capture of E's directions by P's top subspace, and how spread
+    E_c's energy is."""
+    from scipy.stats import beta as beta_law
+
+    D, available = P.shape[1], V_E.shape[1]
+    numbers, tables = {}, {}
     # Simon's capture: how much of each of E's directions P's top subspace holds, and P's energy by blocks
     B_cap = top_right_singular_vectors(P, capture_k)
     capture = captured(V_E[:, :k_curve], B_cap)
@@ -195,6 +228,13 @@ def position_token_subspaces(tensors: ModelInputs, shape: ModelShape, *, ks: tup
         "e_k90_min": Number(int(np.searchsorted(e_cumulative, 0.9) + 1), "d",
                             "lower bound on the directions E_c needs for 90 % of its energy"),
     }
+    return numbers, tables["blocks"], capture, capture_sd
+
+
+def _sparse_columns(P: np.ndarray, S_E: np.ndarray, V_E: np.ndarray, sparse_vectors: int, sparse_mass: float) -> dict:
+    """E_c's energy in the embedding dimensions that P's sparse top directions use (numbers)."""
+    D, available = P.shape[1], V_E.shape[1]
+    numbers = {}
     # Simon's "disjoint index sets": E_c's energy in the embedding dimensions that P's top sparse directions use.
     # Known exactly within E's available directions; each missing direction of E_c (all but the all-ones one,
     # which E_c lacks) has σ² ≤ the last available σ², so at most `missing_max` energy is unaccounted for, and
@@ -224,14 +264,7 @@ def position_token_subspaces(tensors: ModelInputs, shape: ModelShape, *, ks: tup
     if share_sd > 0:  # zero when the columns are all of R^D
         numbers["sparse_e_z"] = Number((share_ratio - 1) / share_sd, ".1f",
                                        "z of that ratio against uniformly random rotations of E_c's available energy")
-    arrays |= {"capture": capture, "capture_sd": np.array(capture_sd), "capture_k": np.array(capture_k),
-               "S_E": S_E, "S_P": np.linalg.svd(P, compute_uv=False), "rows_E": np.array(shape.d_vocab),
-               "rows_P": np.array(P.shape[0])}
-    # E_c's smallest singular values come from Gram eigenvalues (`centred_token_svd`), resolved to about
-    # √ε·σ_max; the last one is zero in exact arithmetic (rows are centred), so its value is rounding noise
-    resolution = Accuracy(abs=4 * np.sqrt(np.finfo(np.float64).eps) * float(S_E.max()),
-                          basis="singular values from Gram eigenvalues: resolved to about √ε·σ_max")
-    return Result(numbers, tables, arrays, {"S_E": resolution})
+    return numbers
 
 
 def plot_energy(result: Result, shape: ModelShape):
