@@ -178,7 +178,7 @@ def test_baselines_call_noise_noise_and_see_a_planted_spectrum():
 def test_qk_antisymmetry_matches_the_dense_map_and_its_closed_forms():
     """a = ‖(M − Mᵀ)/2‖/‖M‖ from d × d products equals the dense D × D computation; 0 for K = Q (symmetric M),
     1 for an antisymmetric M; the slides' d(M, Mᵀ) = a/(1 + a) from its definition."""
-    from analyses.attention_spectra import qk_antisymmetry, qk_distance
+    from analyses.qk_symmetry import qk_antisymmetry, qk_distance
 
     rng = np.random.default_rng(3)
     Q, K = rng.standard_normal((5, D, 6)), rng.standard_normal((5, D, 6))
@@ -197,7 +197,7 @@ def test_qk_antisymmetry_matches_the_dense_map_and_its_closed_forms():
 def test_qk_trace_ratio_closed_forms():
     """s = tr(M²)/‖M‖²_F equals the dense computation; +1 for a symmetric M (K = Q), −1 for an antisymmetric one
     (M = J), and 1/D on average for independent Gaussian maps (E tr(M²) = D d, E ‖M‖² ≈ D² d)."""
-    from analyses.attention_spectra import qk_trace_ratio
+    from analyses.qk_symmetry import qk_trace_ratio
 
     rng = np.random.default_rng(4)
     Q, K = rng.standard_normal((5, D, 6)), rng.standard_normal((5, D, 6))
@@ -214,7 +214,7 @@ def test_qk_trace_ratio_closed_forms():
 
 def test_qk_symmetry_finds_a_planted_symmetric_head_and_the_gaussian_level():
     """Random heads sit at the Gaussian level a ≈ √((1 − 1/D)/2); a head with W_K = W_Q is the most symmetric (d = 0)."""
-    from analyses.attention_spectra import qk_symmetry
+    from analyses.qk_symmetry import qk_symmetry
 
     rng = np.random.default_rng(5)
     shape = ModelShape("planted", "gpt2", D, 8, 2, 4, 10, 4 * D, "pre")
@@ -236,7 +236,7 @@ def test_qk_symmetry_finds_a_planted_symmetric_head_and_the_gaussian_level():
 def test_qk_symmetry_counts_a_planted_antisymmetric_head_in_the_tail():
     """A head with W_K = W_Q J (M = W_Q Jᵀ W_Qᵀ, antisymmetric) has s = −1, lies below every Gaussian draw, and is
     the only head named in the antisymmetric tail."""
-    from analyses.attention_spectra import qk_symmetry
+    from analyses.qk_symmetry import qk_symmetry
 
     rng = np.random.default_rng(6)
     shape = ModelShape("planted", "gpt2", D, 8, 1, 4, 10, 4 * D, "pre")
