@@ -72,11 +72,7 @@ def attention_spectra(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, r
                       seed: int, alpha: float) -> Result:
     """Singular values and anisotropy of every full attention matrix and every head's block, each against
     Gaussian matrices of the same shape and Frobenius norm and against its own entries shuffled."""
-    from scipy.linalg import svdvals
-    from scipy.stats import binom
-
-    L, H, D = shape.n_layers, shape.n_heads, shape.d_model
-    n_matrices = L * len(MATRICES)
+    L, D = shape.n_layers, shape.d_model
     rng = np.random.default_rng(seed)
     # Gaussian draws: condition number and effective rank do not depend on the norm, so one set of draws per
     # shape serves every matrix; the log-volume is compared with its exact Gaussian mean for each matrix's norm.
@@ -87,6 +83,46 @@ def attention_spectra(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, r
     gauss_log_volume = np.array([g["log_volume"] - D * np.log(np.sqrt(float(D * D))) for g in gauss])
     erank_limit = rm.mp_effective_rank_fraction(1.0) * D
 
+    spectra, rows, base_rows, head_rows, head_stats = _measure(tensors, shape, rng, n_shuffles, erank_limit)
+    table = Table(("layer", "matrix", "σ_max", "σ_min", "condition", "log-volume", "effective rank"), tuple(rows),
+                  formats={"σ_max": ".3f", "σ_min": ".2e", "condition": ".3g", "log-volume": ".1f",
+                           "effective rank": ".1f"})
+    baselines = Table(
+        ("layer", "matrix", "condition", "Gaussian P(κ ≥ condition)", "condition, shuffled", "effective rank",
+         "effective rank / Gaussian", "effective rank, shuffled", "log-volume − Gaussian mean",
+         "log-volume − shuffled"), tuple(base_rows),
+        formats={"condition": ".3g", "Gaussian P(κ ≥ condition)": ".3f", "condition, shuffled": ".3g",
+                 "effective rank": ".1f", "effective rank / Gaussian": ".3f", "effective rank, shuffled": ".1f",
+                 "log-volume − Gaussian mean": ".0f", "log-volume − shuffled": ".0f"},
+        accuracy={"condition, shuffled": GRAM})
+    heads = Table(("layer", "head", "matrix", "condition", "log-volume", "effective rank"), tuple(head_rows),
+                  formats={"condition": ".3g", "log-volume": ".2f", "effective rank": ".2f"})
+    cond = np.array(table.column("condition")).reshape(L, len(MATRICES))
+    erank = np.array(table.column("effective rank")).reshape(L, len(MATRICES))
+    tails = np.array([r[3] for r in base_rows])
+    numbers = _full_matrix_numbers(rows, base_rows, head_rows, head_stats, cond, erank, tails, gauss, gauss_erank,
+                                   gauss_log_volume, erank_limit, D=D, n_gaussian=n_gaussian, n_shuffles=n_shuffles,
+                                   seed=seed, alpha=alpha)
+    numbers |= _head_numbers(shape, rng, n_gaussian, head_stats) | _per_matrix_numbers(cond, erank)
+    tables = {"anisotropy": table, "baselines": baselines, "anisotropy_heads": heads}
+    if shape.name == reference_model:
+        reference_numbers, tables["reference"] = _reference(spectra, reference_layer, reference, D)
+        numbers |= reference_numbers
+    mp = rm.mp_singular_quantiles(1.0, D)
+    return Result(numbers, tables, {"spectra": spectra, "head_stats": head_stats, "mp": mp,
+                                    "norms": np.sqrt((spectra**2).sum(axis=-1)),
+                                    "gauss_erank": gauss_erank, "erank": erank, "cond": cond,
+                                    "shuffled": np.array([[r[4], r[7]] for r in base_rows]).reshape(L, len(MATRICES), 2),
+                                    "erank_limit": np.array(erank_limit)}, {"shuffled": GRAM})
+
+
+def _measure(tensors: Mapping[str, np.ndarray], shape: ModelShape, rng: np.random.Generator, n_shuffles: int,
+             erank_limit: float):
+    """(spectra, rows, baseline rows, head rows, head statistics): every full matrix's singular values and
+    anisotropy against its own entries shuffled, and every head block's anisotropy."""
+    from scipy.linalg import svdvals
+
+    L, H, D = shape.n_layers, shape.n_heads, shape.d_model
     spectra = np.zeros((L, len(MATRICES), D))
     rows, base_rows, head_rows = [], [], []
     head_stats = np.zeros((L, len(MATRICES), H, 3))  # condition, log-volume, effective rank
@@ -110,23 +146,16 @@ def attention_spectra(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, r
                 b = anisotropy(sv)
                 head_stats[layer, m, head] = b["condition"], b["log_volume"], b["effective_rank"]
                 head_rows.append((layer, head, f"W_{kind}", b["condition"], b["log_volume"], b["effective_rank"]))
-    table = Table(("layer", "matrix", "σ_max", "σ_min", "condition", "log-volume", "effective rank"), tuple(rows),
-                  formats={"σ_max": ".3f", "σ_min": ".2e", "condition": ".3g", "log-volume": ".1f",
-                           "effective rank": ".1f"})
-    baselines = Table(
-        ("layer", "matrix", "condition", "Gaussian P(κ ≥ condition)", "condition, shuffled", "effective rank",
-         "effective rank / Gaussian", "effective rank, shuffled", "log-volume − Gaussian mean",
-         "log-volume − shuffled"), tuple(base_rows),
-        formats={"condition": ".3g", "Gaussian P(κ ≥ condition)": ".3f", "condition, shuffled": ".3g",
-                 "effective rank": ".1f", "effective rank / Gaussian": ".3f", "effective rank, shuffled": ".1f",
-                 "log-volume − Gaussian mean": ".0f", "log-volume − shuffled": ".0f"},
-        accuracy={"condition, shuffled": GRAM})
-    heads = Table(("layer", "head", "matrix", "condition", "log-volume", "effective rank"), tuple(head_rows),
-                  formats={"condition": ".3g", "log-volume": ".2f", "effective rank": ".2f"})
-    cond = np.array(table.column("condition")).reshape(L, len(MATRICES))
-    erank = np.array(table.column("effective rank")).reshape(L, len(MATRICES))
-    tails = np.array([r[3] for r in base_rows])
-    n_below_alpha = int(np.sum(tails < alpha))
+    return spectra, rows, base_rows, head_rows, head_stats
+
+
+def _full_matrix_numbers(rows, base_rows, head_rows, head_stats, cond, erank, tails, gauss, gauss_erank,
+                         gauss_log_volume, erank_limit, *, D: int, n_gaussian: int, n_shuffles: int, seed: int,
+                         alpha: float) -> dict:
+    """The cited numbers of the full matrices against their Gaussian and shuffled baselines."""
+    from scipy.stats import binom
+
+    n_matrices, n_below_alpha = cond.size, int(np.sum(tails < alpha))
     numbers = {
         "n_matrices": Number(len(rows), "d", "full attention matrices analysed (layers × Q, K, V, O)"),
         "n_head_blocks": Number(len(head_rows), "d", "per-head blocks analysed"),
@@ -192,12 +221,18 @@ def attention_spectra(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, r
         "shuffled_log_volume_gap_max": Number(float(min(r[9] for r in base_rows)), ".0f",
                                               "most negative log-volume minus that of the shuffled matrix"),
     }
+    return numbers
+
+
+def _head_numbers(shape: ModelShape, rng: np.random.Generator, n_gaussian: int, head_stats: np.ndarray) -> dict:
+    """The head blocks against D × d_head Gaussian noise."""
+    D = shape.d_model
     # per-head blocks: D × d_head noise has aspect ratio d_head / D
     ratio = shape.d_head / D
     low, high = rm.mp_singular_edges(ratio)
     head_limit = rm.mp_effective_rank_fraction(ratio) * shape.d_head
     head_gauss = [anisotropy(gram_singular_values(rng.standard_normal((D, shape.d_head)))) for _ in range(n_gaussian)]
-    numbers |= {
+    return {
         "head_gaussian_effective_rank_limit": Number(head_limit, ".1f",
                                                      "effective rank of a D × d_head noise block, Marchenko–Pastur limit"),
         "head_gaussian_condition_limit": Number(high / low, ".2f",
@@ -209,6 +244,11 @@ def attention_spectra(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, r
         "head_condition_median": Number(float(np.median(head_stats[..., 0])), ".1f",
                                         "median condition number of a head block"),
     }
+
+
+def _per_matrix_numbers(cond: np.ndarray, erank: np.ndarray) -> dict:
+    """Per kind of matrix: the medians over layers, and the layer of the lowest effective rank."""
+    numbers = {}
     for m, kind in enumerate(MATRICES):
         k = kind.lower()
         numbers[f"condition_median_{k}"] = Number(float(np.median(cond[:, m])), "sci2",
@@ -219,36 +259,35 @@ def attention_spectra(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, r
         numbers[f"effective_rank_min_layer_{k}"] = Number(low_layer, "d",
                                                           f"layer with the lowest effective rank of W_{kind}")
         numbers[f"effective_rank_min_{k}"] = Number(erank[low_layer, m], ".1f", f"lowest effective rank of W_{kind}")
-    tables = {"anisotropy": table, "baselines": baselines, "anisotropy_heads": heads}
-    if shape.name == reference_model:
-        ref = anisotropy(spectra[reference_layer, 0])
-        ref_rows = []
-        for key, label, fmt in (("log_volume", "log-volume Σ log σ", ".2f"),
-                                ("effective_rank", "effective rank exp(H)", ".2f"),
-                                ("condition", "condition number σ_max/σ_min", "sci2")):
-            numbers[f"ref_{key}"] = Number(reference[key], fmt, f"{label} of layer-{reference_layer} W_Q, as reported")
-            numbers[f"layer{reference_layer}_wq_{key}"] = Number(ref[key], fmt,
-                                                                 f"{label} of layer-{reference_layer} W_Q, recomputed")
-            ref_rows.append((label, reference[key], ref[key]))
-        numbers["reference_layer"] = Number(reference_layer, "d", "layer of the reported W_Q anisotropy values")
-        numbers[f"layer{reference_layer}_wq_log10_volume"] = Number(
-            ref["log_volume"] / np.log(10), ".2f", f"log10 of the volume factor ∏σ of layer-{reference_layer} W_Q")
-        numbers[f"layer{reference_layer}_wq_entropy"] = Number(
-            float(np.log(ref["effective_rank"])), ".4f",
-            f"spectral entropy H = log(effective rank) of layer-{reference_layer} W_Q (nats, non-negative)")
-        numbers[f"layer{reference_layer}_wq_condition_tail"] = Number(
-            rm.condition_tail_probability(ref["condition"], D), ".3f",
-            f"Gaussian P(κ ≥ condition) of layer-{reference_layer} W_Q")
-        numbers["float32_max_log10"] = Number(float(np.log10(np.finfo(np.float32).max)), ".2f",
-                                              "log10 of the largest float32 number")
-        tables["reference"] = Table(("quantity", "reported", "recomputed"), tuple(ref_rows),
-                                    formats={"reported": ".5g", "recomputed": ".5g"})
-    mp = rm.mp_singular_quantiles(1.0, D)
-    return Result(numbers, tables, {"spectra": spectra, "head_stats": head_stats, "mp": mp,
-                                    "norms": np.sqrt((spectra**2).sum(axis=-1)),
-                                    "gauss_erank": gauss_erank, "erank": erank, "cond": cond,
-                                    "shuffled": np.array([[r[4], r[7]] for r in base_rows]).reshape(L, len(MATRICES), 2),
-                                    "erank_limit": np.array(erank_limit)}, {"shuffled": GRAM})
+    return numbers
+
+
+def _reference(spectra: np.ndarray, reference_layer: int, reference: Mapping[str, float], D: int):
+    """(numbers, table): the reported anisotropy of one layer's W_Q beside its recomputation."""
+    numbers = {}
+    ref = anisotropy(spectra[reference_layer, 0])
+    ref_rows = []
+    for key, label, fmt in (("log_volume", "log-volume Σ log σ", ".2f"),
+                            ("effective_rank", "effective rank exp(H)", ".2f"),
+                            ("condition", "condition number σ_max/σ_min", "sci2")):
+        numbers[f"ref_{key}"] = Number(reference[key], fmt, f"{label} of layer-{reference_layer} W_Q, as reported")
+        numbers[f"layer{reference_layer}_wq_{key}"] = Number(ref[key], fmt,
+                                                             f"{label} of layer-{reference_layer} W_Q, recomputed")
+        ref_rows.append((label, reference[key], ref[key]))
+    numbers["reference_layer"] = Number(reference_layer, "d", "layer of the reported W_Q anisotropy values")
+    numbers[f"layer{reference_layer}_wq_log10_volume"] = Number(
+        ref["log_volume"] / np.log(10), ".2f", f"log10 of the volume factor ∏σ of layer-{reference_layer} W_Q")
+    numbers[f"layer{reference_layer}_wq_entropy"] = Number(
+        float(np.log(ref["effective_rank"])), ".4f",
+        f"spectral entropy H = log(effective rank) of layer-{reference_layer} W_Q (nats, non-negative)")
+    numbers[f"layer{reference_layer}_wq_condition_tail"] = Number(
+        rm.condition_tail_probability(ref["condition"], D), ".3f",
+        f"Gaussian P(κ ≥ condition) of layer-{reference_layer} W_Q")
+    numbers["float32_max_log10"] = Number(float(np.log10(np.finfo(np.float32).max)), ".2f",
+                                          "log10 of the largest float32 number")
+    table = Table(("quantity", "reported", "recomputed"), tuple(ref_rows),
+                  formats={"reported": ".5g", "recomputed": ".5g"})
+    return numbers, table
 
 
 def plot_spectra(result: Result, shape: ModelShape):
