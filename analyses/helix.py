@@ -97,8 +97,6 @@ def period_sensitivity(P: np.ndarray, edge: int, edges: tuple[int, ...], n_windo
 def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components: int, edge: int, window: int,
           fft_pad: int, n_outliers: int, period_edges: tuple[int, ...], period_windows: int) -> Result:
     """Principal coordinates, sinusoid fits per component, helix turns/radius/pitch, and outlier scores."""
-    from scipy.stats import spearmanr
-
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
     n_pos = len(P)
     if not 0 < edge < n_pos // 2 - 1:
@@ -127,6 +125,23 @@ def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components:
         formats={"variance share": ".1%", "period (tokens)": ".0f", "R²": ".3f", "cycles in context": ".2f",
                  "period, bulk": ".0f", "R², bulk": ".3f"})
 
+    turning, sensitivity, turns, radius = _turning(P, Z, edge, period_edges, period_windows)
+    outliers, outlier_table, score = _outliers(P, window, n_outliers)
+    numbers |= turning | outliers
+    arrays = {"Z": Z, "ratios": ratios[:n_components], "turns": turns, "radius": radius, "score": score,
+              "fits": np.array([[f.period, f.amplitude, f.phase, f.offset] for f in fits]),
+              "bulk_fits": np.array([[f.period, f.amplitude, f.phase, f.offset] for f in bulk_fits])}
+    return Result(numbers, {"frequencies": freq_table, "outliers": outlier_table, "period": sensitivity}, arrays)
+
+
+def _turning(P: np.ndarray, Z: np.ndarray, edge: int, period_edges: tuple[int, ...], period_windows: int):
+    """(numbers, period table, turns, radius): how (z1, z2) turns, THE helix period and how it depends on where it
+    is measured, the radius and the pitch."""
+    from scipy.stats import spearmanr
+
+    n_pos = len(P)
+    n = np.arange(n_pos)
+    bulk = slice(edge, n_pos - edge)
     turns = phase_turns(Z[:, 0], Z[:, 1])
     radius = np.hypot(Z[:, 0], Z[:, 1])
     bulk_turns = abs(turns[bulk][-1] - turns[bulk][0])
@@ -139,7 +154,7 @@ def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components:
     tokens = ".0f" if turn_length >= 100 else ".1f"  # a few tokens per turn need a decimal
     pitch = axial_rise(Z[bulk, :3], int(round(turn_length))) * turn_length
     radius_bulk = float(np.median(radius[bulk]))
-    numbers |= {
+    numbers = {
         "turns_total": Number(abs(turns[-1]), ".2f", "turns of (z1, z2) around the origin, position 0 to the last"),
         "turns_bulk": Number(bulk_turns, ".2f", "turns of (z1, z2) over the bulk"),
         "period": Number(turn_length, tokens, "THE helix period: tokens per turn of (z1, z2) over the bulk"),
@@ -167,12 +182,17 @@ def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components:
         "pc3_spearman": Number(float(spearmanr(n, Z[:, 2]).statistic), ".3f",
                                "Spearman correlation of z3 with position (±1: monotone axis)"),
     }
+    return numbers, sensitivity, turns, radius
 
+
+def _outliers(P: np.ndarray, window: int, n_outliers: int):
+    """(numbers, table, scores): each position's distance from the trend of its neighbours, in median steps."""
+    n_pos = len(P)
     steps = np.linalg.norm(np.diff(P, axis=0), axis=1)
     score = extrapolation_error(P, window) / np.median(steps)
     order = np.argsort(-score, kind="stable")
     rest = np.delete(score, [0, n_pos - 1])
-    numbers |= {
+    numbers = {
         "window": Number(window, "d", "neighbours used for each one-sided linear extrapolation"),
         "median_step": Number(float(np.median(steps)), ".3f", "median step ‖p_{n+1} − p_n‖"),
         "step_first": Number(float(steps[0]), ".2f", "step ‖p_1 − p_0‖"),
@@ -188,10 +208,7 @@ def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components:
                           tuple((int(i), score[i], nearest[i]) for i in order[:n_outliers]),
                           formats={"distance from trend (median steps)": ".1f",
                                    "distance to nearer neighbour (median steps)": ".1f"})
-    arrays = {"Z": Z, "ratios": ratios[:n_components], "turns": turns, "radius": radius, "score": score,
-              "fits": np.array([[f.period, f.amplitude, f.phase, f.offset] for f in fits]),
-              "bulk_fits": np.array([[f.period, f.amplitude, f.phase, f.offset] for f in bulk_fits])}
-    return Result(numbers, {"frequencies": freq_table, "outliers": outlier_table, "period": sensitivity}, arrays)
+    return numbers, outlier_table, score
 
 
 def _axis_label(result: Result, k: int) -> str:

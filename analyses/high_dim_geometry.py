@@ -376,12 +376,22 @@ def embedding_ball_overlap(tensors: Mapping[str, np.ndarray], shape: ModelShape,
             f"overlap_3d_touching_median_{key}": Number(float(np.median(overlap_3d[key][touching])), ".1%",
                                                         f"median overlap the same c/r give in d = 3 ({key}, c < 2r)"),
         }
+    curve_pairs = {"random": list(zip(a[:n_curve_pairs], b[:n_curve_pairs])),
+                   "nearest": list(zip(sample[:n_curve_pairs], nn_index[:n_curve_pairs]))}
+    numbers |= _curve_numbers(tensors, shape, E, P, curve_pairs)
+    numbers["n_curve_pairs"] = Number(n_curve_pairs, "d", "token pairs of each kind whose curves are compared")
+    numbers |= _subspace_numbers(E, P, subspace_ks)
+    return Result(numbers, {}, {"random_ratio": random_ratio, "nn_ratio": nn_ratio})
+
+
+def _curve_numbers(tensors: Mapping[str, np.ndarray], shape: ModelShape, E: np.ndarray, P: np.ndarray,
+                   curve_pairs: dict[str, list]) -> dict:
+    """How close the LayerNorm curves of two tokens (each token plus every position) come, per kind of pair."""
+    numbers = {}
     # What confusability actually asks: can some position make token a land near token b at some position?
     # Both tokens trace a curve of n_ctx points after the LayerNorm; measure how close the two curves come,
     # in units of one position step along a curve.
     layer_norm = embedding_layer_norm(tensors, shape)
-    curve_pairs = {"random": list(zip(a[:n_curve_pairs], b[:n_curve_pairs])),
-                   "nearest": list(zip(sample[:n_curve_pairs], nn_index[:n_curve_pairs]))}
     scale = []
     for key, pairs in curve_pairs.items():
         distances, ratios = [], []
@@ -403,8 +413,13 @@ def embedding_ball_overlap(tensors: Mapping[str, np.ndarray], shape: ModelShape,
             f"curve_within_step_{key}": Number(float(np.mean(ratios < 1)), ".0%",
                                                f"share of {key} pairs whose curves come within one position step"),
         }
-    numbers["n_curve_pairs"] = Number(n_curve_pairs, "d", "token pairs of each kind whose curves are compared")
     numbers["layer_norm_scale"] = Number(float(np.median(scale)), ".2f", "median norm of a LayerNorm output row")
+    return numbers
+
+
+def _subspace_numbers(E: np.ndarray, P: np.ndarray, subspace_ks: tuple[int, ...]) -> dict:
+    """The overlap of the token and position embeddings' top-k PCA subspaces, against random ones."""
+    numbers, d = {}, E.shape[1]
     # Near-zero cosines between single vectors do not make the subspaces orthogonal: compare the subspaces.
     centred_E, centred_P = E - E.mean(axis=0), P - P.mean(axis=0)
     _, _, vt_E = np.linalg.svd(centred_E.T @ centred_E)
@@ -417,7 +432,7 @@ def embedding_ball_overlap(tensors: Mapping[str, np.ndarray], shape: ModelShape,
         numbers[f"subspace_first_cos_k{k}"] = Number(
             float(np.linalg.svd(vt_E[:k] @ vt_P[:k].T, compute_uv=False)[0]), ".2f",
             f"cosine of the smallest principal angle between those top-{k} subspaces")
-    return Result(numbers, {}, {"random_ratio": random_ratio, "nn_ratio": nn_ratio})
+    return numbers
 
 
 def plot_embedding_overlap(result: Result, shape: ModelShape):

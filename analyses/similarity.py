@@ -104,13 +104,27 @@ def similarity(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, threshol
                tutorial_ranks: tuple[int, int, int]) -> Result:
     """Similarity matrices and distributions, top dimension pairs, the offset curve, and smoothness per dimension."""
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
-    n_pos, d = P.shape
     C_pos, C_dim = cosine_matrix(P), cosine_matrix(P.T)
     u_pos, u_dim = upper_triangle(C_pos), upper_triangle(C_dim)
     numbers = {"threshold": Number(threshold, "g", "|cos| threshold for the 'strongly similar' fraction")}
     numbers |= _distribution_numbers(u_pos, "positions", threshold)
     numbers |= _distribution_numbers(u_dim, "dimensions", threshold)
 
+    pair_numbers, tables = _pairs(C_dim, n_top, trajectory_ranks, tutorial_ranks)
+    offset_numbers, (mean, std, counts, mean_all, residual) = _offsets(C_pos, smooth_window, max_ringing_period,
+                                                                       slow_window)
+    dimension_numbers, tables["dimension_selection"], (r1, random_dims, smoothest, noisiest) = _dimensions(
+        P, n_random_dims, n_extreme_dims, seed)
+    numbers |= pair_numbers | offset_numbers | dimension_numbers
+    arrays = {"C_pos": C_pos, "C_dim": C_dim, "u_pos": u_pos, "u_dim": u_dim, "P": P,
+              "offset_mean": mean, "offset_std": std, "offset_counts": counts, "offset_mean_all": mean_all,
+              "residual": residual, "r1": r1, "random_dims": random_dims, "smoothest": smoothest,
+              "noisiest": noisiest}
+    return Result(numbers, tables, arrays)
+
+
+def _pairs(C_dim: np.ndarray, n_top: int, trajectory_ranks: tuple[int, ...], tutorial_ranks: tuple[int, int, int]):
+    """(numbers, tables): the most similar and most anti-similar pairs of dimensions."""
     # most similar pairs of dimensions
     by_cos, by_abs = top_pairs(C_dim, n_top, by_abs=False), top_pairs(C_dim, max(n_top, *trajectory_ranks),
                                                                         by_abs=True)
@@ -131,7 +145,7 @@ def similarity(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, threshol
     by_signed = top_pairs(C_dim, int(picked.max()) + 1, by_abs=False)
     tables["tutorial_ranks"] = Table(("rank by signed cosine", "dimension a", "dimension b", "cosine"),
                                      tuple((int(r) + 1, *by_signed[r]) for r in picked), pair_formats)
-    numbers |= {
+    numbers = {
         "top_pair_a": Number(by_cos[0][0], "d", "dimension a of the most similar pair"),
         "top_pair_b": Number(by_cos[0][1], "d", "dimension b of the most similar pair"),
         "top_pair_cos": Number(by_cos[0][2], ".4f", "cosine of the most similar pair of dimensions"),
@@ -142,6 +156,12 @@ def similarity(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, threshol
         "n_trajectories": Number(len(trajectory_ranks), "d", "pairs drawn as trajectories"),
     }
 
+    return numbers, tables
+
+
+def _offsets(C_pos: np.ndarray, smooth_window: int, max_ringing_period: float, slow_window: int):
+    """(numbers, curves): mean similarity against offset, its slow extrema and its ringing."""
+    n_pos = len(C_pos)
     # similarity against offset; position 0 excluded, and kept for comparison
     mean, std, counts = mean_by_offset(C_pos, exclude=(0,))
     mean_all, _, _ = mean_by_offset(C_pos)
@@ -149,6 +169,7 @@ def similarity(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, threshol
     period, amplitude, residual = ringing(mean[:half], smooth_window, max_ringing_period)
     k_min, k_max = first_local_extrema(mean[:n_pos - n_pos // 8], slow_window)
     below = np.flatnonzero(mean < 0)
+    numbers = {}
     if k_min >= 0 and k_max >= 0:  # a curve without a dip and a rise after it has no slow oscillation to report
         numbers |= {
             "offset_first_min": Number(k_min + 1, "d", "offset of the first local minimum of the smoothed curve"),
@@ -173,6 +194,12 @@ def similarity(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, threshol
                                             "offset at which keeping position 0 changes the mean most"),
     }
 
+    return numbers, (mean, std, counts, mean_all, residual)
+
+
+def _dimensions(P: np.ndarray, n_random_dims: int, n_extreme_dims: int, seed: int):
+    """(numbers, table, arrays): how smooth each dimension is over positions (position 0 left out)."""
+    d = P.shape[1]
     # individual dimensions over positions (position 0 left out)
     r1 = lag1_autocorrelation(P[1:])
     energy = (P[1:] ** 2).sum(axis=0)
@@ -180,12 +207,12 @@ def similarity(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, threshol
     rng = np.random.default_rng(seed)
     random_dims = np.sort(rng.choice(d, size=n_random_dims, replace=False))
     smoothest, noisiest = order[::-1][:n_extreme_dims], order[:n_extreme_dims]
-    tables["dimension_selection"] = Table(
+    table = Table(
         ("selection", "dimension", "lag-1 autocorrelation"),
         tuple((kind, int(i), r1[i]) for kind, dims in (("random", random_dims), ("smoothest", smoothest),
                                                        ("noisiest", noisiest)) for i in dims),
         {"lag-1 autocorrelation": ".3f"})
-    numbers |= {
+    numbers = {
         "r1_median": Number(float(np.median(r1)), ".3f", "median lag-1 autocorrelation over dimensions"),
         "r1_min": Number(r1.min(), ".3f", "smallest lag-1 autocorrelation"),
         "r1_max": Number(r1.max(), ".4f", "largest lag-1 autocorrelation"),
@@ -200,11 +227,7 @@ def similarity(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, threshol
         "n_random_dims": Number(n_random_dims, "d", "randomly chosen dimensions plotted"),
         "seed": Number(seed, "d", "seed of the random choice of dimensions"),
     }
-    arrays = {"C_pos": C_pos, "C_dim": C_dim, "u_pos": u_pos, "u_dim": u_dim, "P": P,
-              "offset_mean": mean, "offset_std": std, "offset_counts": counts, "offset_mean_all": mean_all,
-              "residual": residual, "r1": r1, "random_dims": random_dims, "smoothest": smoothest,
-              "noisiest": noisiest}
-    return Result(numbers, tables, arrays)
+    return numbers, table, (r1, random_dims, smoothest, noisiest)
 
 
 def plot_heatmaps(result: Result, shape: ModelShape):
