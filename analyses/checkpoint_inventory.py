@@ -14,7 +14,8 @@ import numpy as np
 
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table
-from analyses.engine.sources import ModelShape, canonical_names
+from analyses.engine.sources import ModelShape
+from analyses.engine.tensors import canonical_names
 
 _LAYER = re.compile(r"^blocks\.\d+\.")
 

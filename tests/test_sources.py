@@ -11,8 +11,8 @@ from conftest import gpt2_config, gpt2_state_dict, write_checkpoint
 from safetensors.numpy import save_file
 
 from analyses.engine.checkpoint import WeightsError, read_header, sha256_file
-from analyses.engine.sources import (hub_source, local_source, model_spec, open_source, package_source,
-                                     shape_from_config)
+from analyses.engine.shapes import shape_from_config
+from analyses.engine.sources import hub_source, local_source, model_spec, open_source, package_source
 
 
 def test_gpt2_canonical_layout_matches_conv1d_slices(tmp_path, tiny_model):

@@ -1,5 +1,5 @@
 """What the engine hands an analysis besides the model's shape: the canonical tensors by name, and what their
-source knows of them. The engine's `sources.Tensors` is such an object; an analysis types its `tensors` as
+source knows of them. The engine's `tensors.Tensors` is such an object; an analysis types its `tensors` as
 `ModelInputs` when it asks the source more than a tensor (a plain `Mapping` of arrays otherwise)."""
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from types import ModuleType
 
 import analyses
 from analyses.engine.results import Result
-from analyses.engine.sources import ModelShape
+from analyses.engine.shapes import ModelShape
 
 FigureFn = Callable[[Result, ModelShape | None], object]
 """Draws one figure from a result; returns a matplotlib Figure (see `analyses.toolkit.plotting`)."""

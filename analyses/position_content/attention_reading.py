@@ -10,7 +10,8 @@ import numpy as np
 from analyses.engine.inputs import ModelInputs
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table, Text, spoken_list
-from analyses.engine.sources import TOKEN_SUBSPACE, ModelShape
+from analyses.engine.sources import ModelShape
+from analyses.engine.tensors import TOKEN_SUBSPACE
 from analyses.position_content.measures import (SUBSPACES, enrichment_and_z, reading_heatmaps,
                                                 subspace_bases, usable_ks)
 from analyses.toolkit.attention import VARIANTS, column_label, input_gain, variant_matrix

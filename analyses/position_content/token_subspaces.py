@@ -8,7 +8,8 @@ import numpy as np
 from analyses.engine.inputs import ModelInputs
 from analyses.engine.registry import register
 from analyses.engine.results import Accuracy, Number, Result, Table, Text
-from analyses.engine.sources import TOKEN_SUBSPACE, ModelShape
+from analyses.engine.sources import ModelShape
+from analyses.engine.tensors import TOKEN_SUBSPACE
 from analyses.position_content.measures import BAND, random_capture_sd, usable_ks
 from analyses.toolkit import plotting
 from analyses.toolkit.linalg import support_union, top_right_singular_vectors

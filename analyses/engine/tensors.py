@@ -1,0 +1,320 @@
+"""The named tensors of a checkpoint: canonical names, checked lazy loading, and the token subspace.
+
+Tensors are renamed to TransformerLens-style canonical names and reshaped to its
+layouts, and are loaded only when first asked for:
+
+=========================  =============================  ==========================
+canonical name             shape                          meaning
+=========================  =============================  ==========================
+``W_pos``                  [n_ctx, d_model]               learned position embeddings
+``W_E``                    [d_vocab, d_model]             token embeddings
+``W_token_type``           [n_types, d_model]             BERT segment embeddings
+``embed.ln.w`` / ``.b``    [d_model]                      BERT embedding LayerNorm
+``blocks.L.attn.W_Q``      [n_heads, d_model, d_head]     also ``W_K``, ``W_V``
+``blocks.L.attn.b_Q``      [n_heads, d_head]              also ``b_K``, ``b_V``
+``blocks.L.attn.W_O``      [n_heads, d_head, d_model]     output map of each head
+``blocks.L.attn.b_O``      [d_model]
+``blocks.L.ln1.w`` / ``.b`` [d_model]                     LayerNorm before (GPT-2) or
+``blocks.L.ln2.w`` / ``.b`` [d_model]                     after (BERT) each sublayer
+``blocks.L.mlp.W_in``      [d_model, d_mlp]               also ``b_in`` [d_mlp]
+``blocks.L.mlp.W_out``     [d_mlp, d_model]               also ``b_out`` [d_model]
+``ln_final.w`` / ``.b``    [d_model]                      GPT-2's final LayerNorm
+``E_centred.S``            [k]                            top singular values of E_c
+``E_centred.V``            [d_model, k]                   matching right singular vectors
+=========================  =============================  ==========================
+
+E_c = E − m 1ᵀ is the token-embedding matrix with each token's mean over its dimensions
+removed (m_t = mean_j E_tj). Its top right singular vectors span the token subspace of
+the residual stream. They are computed from `W_E` when the checkpoint holds it; otherwise
+they are read from a rank-k PCA of E_c saved beside the checkpoint (`derived/`), which
+`origin` says, since such a file holds only the top directions.
+
+Every tensor is checked against the shape the config implies before it is used, and
+for finite values when it is loaded. Weights are raw: nothing is centred or folded
+(unlike TransformerLens's default `from_pretrained`), so statistics describe the
+checkpoint as published.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from functools import cached_property
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from analyses.engine.checkpoint import FLOATING, SafetensorsFile, WeightsError, plausible_or_raise
+from analyses.engine.shapes import ModelShape
+from analyses.toolkit.linalg import centred_token_svd, fix_signs
+
+
+TOKENIZER = "tokenizer"
+"""A need that is not a tensor: the model's tokenizer files."""
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
+                   "vocab.txt")
+
+
+DERIVED_TOKEN_PCA = ("derived/wte_pca500_a.npy", "derived/wte_pca500_b.npy")
+"""Rank-k PCAs of the row-centred token embeddings (two independent runs) used when `W_E` is absent."""
+
+
+TOKEN_SUBSPACE = ("E_centred.S", "E_centred.V")
+
+
+class Rule(NamedTuple):
+    """How one canonical tensor is made: the raw tensors it reads, the shapes they must have, the conversion."""
+
+    raw: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+    convert: Callable[..., np.ndarray]
+
+
+def _same(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+def _transpose(x: np.ndarray) -> np.ndarray:
+    return x.T
+
+
+def _gpt2_rules(shape: ModelShape) -> dict[str, Rule]:
+    """Canonical name -> Rule for GPT-2's Conv1D layout ([in, out])."""
+    d, h, dh, m = shape.d_model, shape.n_heads, shape.d_head, shape.d_mlp
+
+    def qkv(i: int) -> Callable[[np.ndarray], np.ndarray]:
+        return lambda w: w[:, i * d:(i + 1) * d].reshape(d, h, dh).transpose(1, 0, 2)
+
+    def qkv_bias(i: int) -> Callable[[np.ndarray], np.ndarray]:
+        return lambda b: b[i * d:(i + 1) * d].reshape(h, dh)
+
+    rules = {"W_pos": Rule(("wpe.weight",), ((shape.n_ctx, d),), _same),
+             "W_E": Rule(("wte.weight",), ((shape.d_vocab, d),), _same),
+             "ln_final.w": Rule(("ln_f.weight",), ((d,),), _same),
+             "ln_final.b": Rule(("ln_f.bias",), ((d,),), _same)}
+    for layer in range(shape.n_layers):
+        raw, can = f"h.{layer}.", f"blocks.{layer}."
+        for i, q in enumerate("QKV"):
+            rules[f"{can}attn.W_{q}"] = Rule((f"{raw}attn.c_attn.weight",), ((d, 3 * d),), qkv(i))
+            rules[f"{can}attn.b_{q}"] = Rule((f"{raw}attn.c_attn.bias",), ((3 * d,),), qkv_bias(i))
+        rules[f"{can}attn.W_O"] = Rule((f"{raw}attn.c_proj.weight",), ((d, d),), lambda w: w.reshape(h, dh, d))
+        rules[f"{can}attn.b_O"] = Rule((f"{raw}attn.c_proj.bias",), ((d,),), _same)
+        for n in (1, 2):
+            rules[f"{can}ln{n}.w"] = Rule((f"{raw}ln_{n}.weight",), ((d,),), _same)
+            rules[f"{can}ln{n}.b"] = Rule((f"{raw}ln_{n}.bias",), ((d,),), _same)
+        rules[f"{can}mlp.W_in"] = Rule((f"{raw}mlp.c_fc.weight",), ((d, m),), _same)
+        rules[f"{can}mlp.b_in"] = Rule((f"{raw}mlp.c_fc.bias",), ((m,),), _same)
+        rules[f"{can}mlp.W_out"] = Rule((f"{raw}mlp.c_proj.weight",), ((m, d),), _same)
+        rules[f"{can}mlp.b_out"] = Rule((f"{raw}mlp.c_proj.bias",), ((d,),), _same)
+    return rules
+
+
+def _bert_rules(shape: ModelShape) -> dict[str, Rule]:
+    """Canonical name -> Rule for BERT's nn.Linear layout ([out, in])."""
+    d, h, dh, m = shape.d_model, shape.n_heads, shape.d_head, shape.d_mlp
+    e = "embeddings."
+    rules = {"W_pos": Rule((f"{e}position_embeddings.weight",), ((shape.n_ctx, d),), _same),
+             "W_E": Rule((f"{e}word_embeddings.weight",), ((shape.d_vocab, d),), _same),
+             "W_token_type": Rule((f"{e}token_type_embeddings.weight",), ((shape.n_token_types, d),), _same),
+             "embed.ln.w": Rule((f"{e}LayerNorm.weight",), ((d,),), _same),
+             "embed.ln.b": Rule((f"{e}LayerNorm.bias",), ((d,),), _same)}
+    for layer in range(shape.n_layers):
+        raw, can = f"encoder.layer.{layer}.", f"blocks.{layer}."
+        for q, part in zip("QKV", ("query", "key", "value")):
+            rules[f"{can}attn.W_{q}"] = Rule((f"{raw}attention.self.{part}.weight",), ((d, d),),
+                                             lambda w: w.T.reshape(d, h, dh).transpose(1, 0, 2))
+            rules[f"{can}attn.b_{q}"] = Rule((f"{raw}attention.self.{part}.bias",), ((d,),),
+                                             lambda b: b.reshape(h, dh))
+        rules[f"{can}attn.W_O"] = Rule((f"{raw}attention.output.dense.weight",), ((d, d),),
+                                       lambda w: w.T.reshape(h, dh, d))
+        rules[f"{can}attn.b_O"] = Rule((f"{raw}attention.output.dense.bias",), ((d,),), _same)
+        for n, raw_ln in ((1, "attention.output.LayerNorm"), (2, "output.LayerNorm")):
+            rules[f"{can}ln{n}.w"] = Rule((f"{raw}{raw_ln}.weight",), ((d,),), _same)
+            rules[f"{can}ln{n}.b"] = Rule((f"{raw}{raw_ln}.bias",), ((d,),), _same)
+        rules[f"{can}mlp.W_in"] = Rule((f"{raw}intermediate.dense.weight",), ((m, d),), _transpose)
+        rules[f"{can}mlp.b_in"] = Rule((f"{raw}intermediate.dense.bias",), ((m,),), _same)
+        rules[f"{can}mlp.W_out"] = Rule((f"{raw}output.dense.weight",), ((d, m),), _transpose)
+        rules[f"{can}mlp.b_out"] = Rule((f"{raw}output.dense.bias",), ((d,),), _same)
+    return rules
+
+
+_RULES = {"gpt2": _gpt2_rules, "bert": _bert_rules}
+
+
+def canonical_names(shape: ModelShape) -> list[str]:
+    """Every canonical tensor name a complete checkpoint of this family and shape holds."""
+    return list(_RULES[shape.family](shape))
+
+
+_RAW_PREFIXES = ("transformer.", "bert.", "model.")
+
+
+def expand(pattern: str, n_layers: int) -> list[str]:
+    """A need as canonical names: `blocks.*.` stands for every layer."""
+    return [pattern.replace("*", str(layer)) for layer in range(n_layers)] if "*" in pattern else [pattern]
+
+
+def read_token_pca(path: Path, d_model: int) -> tuple[np.ndarray, np.ndarray]:
+    """(S, V) from a saved PCA output T = V diag(S) ([d_model, k]): column norms and normalised columns.
+
+    Read with `allow_pickle=False` (an .npy file cannot run code); checked for shape, finite values and
+    orthogonal columns, so a file that is not such a PCA fails with a message naming it.
+    """
+    try:
+        T = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise WeightsError(f"{path} is not a readable .npy array ({exc})") from None
+    if T.ndim != 2 or T.shape[0] != d_model or not 0 < T.shape[1] <= d_model:
+        raise WeightsError(f"{path} has shape {list(T.shape)}; a PCA of the token embeddings needs "
+                           f"[{d_model}, k] with k ≤ {d_model}")
+    T = plausible_or_raise(np.asarray(T, dtype=np.float64), f"{path}")
+    S = np.linalg.norm(T, axis=0)
+    order = np.argsort(S)[::-1]
+    S, V = S[order], T[:, order] / S[order]
+    if np.abs(V.T @ V - np.eye(V.shape[1])).max() > 1e-4:
+        raise WeightsError(f"{path}: the columns are not orthogonal, so it is not the output of a PCA")
+    return S, fix_signs(V)
+
+
+class Tensors(Mapping):
+    """Read-only, lazy mapping from canonical names to float32 numpy arrays (derived quantities: float64).
+
+    Only the tensors the checkpoint actually holds are keys; a missing one raises KeyError, so an
+    analysis can never run on a substitute. Shapes are checked against the config when the mapping is
+    made (from the file's header, reading no data); values are checked for NaN and inf when loaded.
+    """
+
+    def __init__(self, file: SafetensorsFile, shape: ModelShape, directory: Path | None = None):
+        raw = {}
+        for name in file.names():
+            short = next((name[len(p):] for p in _RAW_PREFIXES if name.startswith(p)), name)
+            raw[short] = name
+        self._file, self._raw, self._shape = file, raw, shape
+        self._rules = {k: r for k, r in _RULES[shape.family](shape).items() if all(n in raw for n in r.raw)}
+        for rule in self._rules.values():
+            for name, want in zip(rule.raw, rule.shapes):
+                got = tuple(file.header[raw[name]]["shape"])
+                dtype = file.header[raw[name]]["dtype"]
+                if dtype not in FLOATING:
+                    raise WeightsError(f"{file.path}: tensor {raw[name]!r} is stored as {dtype}; a weight must be "
+                                       f"floating point ({', '.join(sorted(FLOATING))})")
+                if got != want:
+                    raise WeightsError(
+                        f"{file.path}: tensor {raw[name]!r} has shape {list(got)}, but the config of "
+                        f"{shape.name} implies {list(want)}")
+        self._directory = directory
+        self._derived_files = [directory / f for f in DERIVED_TOKEN_PCA] if directory else []
+        self._loaded: dict[str, np.ndarray] = {}
+        self._computed: dict[str, np.ndarray] = {}
+
+    def _raw_tensor(self, short: str) -> np.ndarray:
+        if short not in self._loaded:
+            data = np.asarray(self._file.load(self._raw[short]), dtype=np.float32)
+            self._loaded[short] = plausible_or_raise(data, f"{self._file.path}: tensor {self._raw[short]!r}")
+        return self._loaded[short]
+
+    @cached_property
+    def _derived_source(self) -> Path | None:
+        """The file the token subspace comes from, or None when it is computed from W_E (or unavailable)."""
+        if "W_E" in self._rules:
+            return None
+        return next((f for f in self._derived_files if f.is_file()), None)
+
+    def _token_subspace(self) -> dict[str, np.ndarray]:
+        if not self._computed:
+            if "W_E" in self._rules:
+                S, V = centred_token_svd(self["W_E"])
+            else:
+                S, V = read_token_pca(self._derived_source, self._shape.d_model)
+            self._computed = {"E_centred.S": S, "E_centred.V": V}
+            for array in self._computed.values():
+                array.flags.writeable = False
+        return self._computed
+
+    def _has_token_subspace(self) -> bool:
+        return "W_E" in self._rules or self._derived_source is not None
+
+    def origin(self, name: str) -> str:
+        """In words, where a canonical name's values come from (for a report's caveats)."""
+        if name in TOKEN_SUBSPACE and self._has_token_subspace():
+            if self._derived_source is None:
+                return "computed from the full token embeddings `W_E` of this checkpoint"
+            k = self._token_subspace()["E_centred.S"].size
+            return (f"read from `{self._derived_source.relative_to(self._derived_source.parent.parent)}`, a rank-{k} "
+                    "PCA of the row-centred token embeddings computed from the full checkpoint elsewhere "
+                    "(the checkpoint here lacks `W_E`)")
+        if name in self._rules:
+            return f"tensor {', '.join(self._raw[r] for r in self._rules[name].raw)} of {self._file.path.name}"
+        raise KeyError(name)
+
+    def replicate_token_subspace(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(S, V) of the second, independent PCA run beside the first, when the subspace comes from such files."""
+        if self._derived_source is None:
+            return None
+        others = [f for f in self._derived_files if f.is_file() and f != self._derived_source]
+        return read_token_pca(others[0], self._shape.d_model) if others else None
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name in TOKEN_SUBSPACE and self._has_token_subspace():
+            return self._token_subspace()[name]
+        rule = self._rules[name]
+        out = np.ascontiguousarray(rule.convert(*(self._raw_tensor(r) for r in rule.raw)))
+        out.flags.writeable = False
+        return out
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._rules
+        if self._has_token_subspace():
+            yield from TOKEN_SUBSPACE
+
+    def __len__(self) -> int:
+        return len(self._rules) + (len(TOKEN_SUBSPACE) if self._has_token_subspace() else 0)
+
+    def __contains__(self, name) -> bool:
+        return name in self._rules or (name in TOKEN_SUBSPACE and self._has_token_subspace())
+
+    def preload(self, needed: tuple[str, ...]) -> None:
+        """Read now the raw tensors and the token subspace behind the names `needed` holds (those this
+        checkpoint has), without converting them: processes forked afterwards share these copies."""
+        for pattern in needed:
+            for name in expand(pattern, self._shape.n_layers):
+                if name in TOKEN_SUBSPACE and self._has_token_subspace():
+                    self._token_subspace()
+                elif name in self._rules:
+                    for raw in self._rules[name].raw:
+                        self._raw_tensor(raw)
+
+    def missing(self, needed: tuple[str, ...]) -> list[str]:
+        """Which of `needed` (patterns may use `blocks.*.` for every layer) this checkpoint lacks."""
+        return [p for p in needed if any(n not in self for n in expand(p, self._shape.n_layers))]
+
+    def tokenize(self, text: str, special_tokens: bool = False) -> np.ndarray:
+        """The model's token ids for `text` (int64), with its tokenizer read from the checkpoint directory
+        (an analysis that calls this lists `tokenizer` in its needs). `special_tokens` adds what the
+        model's tokenizer adds around a sequence (BERT: [CLS] … [SEP]; GPT-2: nothing)."""
+        return np.asarray(self._tokenizer(text, add_special_tokens=special_tokens)["input_ids"], dtype=np.int64)
+
+    def decode(self, ids) -> list[str]:
+        """Each token id as its text, through the model's tokenizer (KeyError `tokenizer` where it has none)."""
+        return [self._tokenizer.decode([int(i)]) for i in ids]
+
+    @cached_property
+    def _tokenizer(self):
+        if self._directory is None or not any((self._directory / f).is_file() for f in TOKENIZER_FILES):
+            raise KeyError(TOKENIZER)
+        from transformers import AutoTokenizer
+
+        try:
+            return AutoTokenizer.from_pretrained(str(self._directory))
+        except Exception as exc:  # a garbage file fails anywhere in the library, with its own types
+            detail = (str(exc).strip().splitlines() or [""])[0][:120]
+            raise WeightsError(f"the tokenizer files in {self._directory} cannot be read "
+                               f"({type(exc).__name__}: {detail})") from None
+
+    def files_used(self, needed: tuple[str, ...]) -> list[Path]:
+        """The derived files (beyond the checkpoint) that the named quantities are read from."""
+        if self._derived_source is not None and any(n in TOKEN_SUBSPACE for n in needed):
+            return [f for f in self._derived_files if f.is_file()]
+        return []
