@@ -14,12 +14,17 @@ import numpy as np
 import pytest
 from conftest import gpt2_config, gpt2_state_dict, make_repository, write_checkpoint
 
-from analyses import forward_pass as fp
 from analyses.engine import sources
 from analyses.engine.cache import Cache
 from analyses.engine.cli import main
 from analyses.engine.sources import ModelSpec, WeightSource, open_source
+from analyses.forward_pass.logit_lens import decided_state, entropy, log_softmax
+from analyses.forward_pass.position_ablation import ablate, sentence_embeddings
+from analyses.forward_pass.position_share import chance_share, group_share, regression_share
+from analyses.forward_pass.prompts import PROMPTS, PROMPT_WORDS, content_rows, prompt_ids, shuffled
+from analyses.forward_pass.text_attention import overlap, uniform_pattern
 from analyses.toolkit.forward import final_norm, forward, lm_logits, mean_pool
+from analyses.toolkit.linalg import top_right_singular_vectors
 from analyses.toolkit.signal import (classical_mds, mds_share, mean_angle, noise_edge, projection_distance,
                                      shared_rank, signal_subspace, union_rank)
 from analyses.toolkit.subspaces import principal_angles, random_basis
@@ -98,7 +103,7 @@ def test_minilm_sentence_embeddings_match_sentence_transformers(minilm):
     reference = st.SentenceTransformer(str(minilm.directory), device="cpu").encode(docs, convert_to_numpy=True)
     ids = [minilm.tensors.tokenize(d, special_tokens=True) for d in docs]
     P = np.asarray(minilm.tensors["W_pos"], dtype=np.float64)
-    mine = fp.sentence_embeddings(minilm.tensors, minilm.shape, ids, [P])[0]
+    mine = sentence_embeddings(minilm.tensors, minilm.shape, ids, [P])[0]
     np.testing.assert_allclose(mine, reference, atol=2e-6)
     alone = mean_pool(forward(minilm.tensors, minilm.shape, ids[0]).hidden[-1])  # padding changes nothing
     np.testing.assert_allclose(mine[0], alone[0], atol=1e-12)
@@ -184,33 +189,33 @@ def test_position_only_input_has_position_share_one_and_position_free_zero():
     rng = np.random.default_rng(6)
     n, k, d = 120, 4, 30
     Z = rng.standard_normal((n, k))
-    assert fp.regression_share(Z @ rng.standard_normal((k, d)) + 5.0, Z) == pytest.approx(1.0)
+    assert regression_share(Z @ rng.standard_normal((k, d)) + 5.0, Z) == pytest.approx(1.0)
     Zc = Z - Z.mean(axis=0)
     G = rng.standard_normal((n, d))
     free = G - Zc @ np.linalg.lstsq(Zc, G - G.mean(axis=0), rcond=None)[0]  # centred columns orthogonal to Z
-    assert fp.regression_share(free, Z) == pytest.approx(0.0, abs=1e-12)
-    draws = [fp.regression_share(G, rng.permutation(Z)) for _ in range(3000)]
-    assert np.mean(draws) == pytest.approx(fp.chance_share(k, n), rel=0.05)  # the stated chance level
-    assert fp.chance_share(k, n) == k / (n - 1)
+    assert regression_share(free, Z) == pytest.approx(0.0, abs=1e-12)
+    draws = [regression_share(G, rng.permutation(Z)) for _ in range(3000)]
+    assert np.mean(draws) == pytest.approx(chance_share(k, n), rel=0.05)  # the stated chance level
+    assert chance_share(k, n) == k / (n - 1)
 
 
 def test_token_identity_share():
     rng = np.random.default_rng(7)
     groups = rng.integers(0, 9, size=200)
     means = rng.standard_normal((9, 16))
-    assert fp.group_share(means[groups], groups) == pytest.approx(1.0)
+    assert group_share(means[groups], groups) == pytest.approx(1.0)
     G = rng.standard_normal((200, 16))
     for g in np.unique(groups):  # every group's mean at the grand mean: identity explains nothing
         G[groups == g] -= G[groups == g].mean(axis=0)
-    assert fp.group_share(G, groups) == pytest.approx(0.0, abs=1e-12)
+    assert group_share(G, groups) == pytest.approx(0.0, abs=1e-12)
 
 
 def test_shuffles_keep_the_tokens_and_the_fixed_ends(minilm):
     rng = np.random.default_rng(8)
-    ids = fp.prompt_ids(minilm.tensors, minilm.shape, 40)
-    out = fp.shuffled(ids, minilm.shape, rng)
+    ids = prompt_ids(minilm.tensors, minilm.shape, 40)
+    out = shuffled(ids, minilm.shape, rng)
     assert out[0] == ids[0] and out[-1] == ids[-1] and sorted(out) == sorted(ids) and (out != ids).any()
-    assert fp.content_rows(10, minilm.shape).tolist() == list(range(1, 9))
+    assert content_rows(10, minilm.shape).tolist() == list(range(1, 9))
 
 
 # ---------------------------------------------------------------------------
@@ -219,9 +224,9 @@ def test_shuffles_keep_the_tokens_and_the_fixed_ends(minilm):
 
 def test_ablating_a_zero_subspace_changes_nothing(minilm):
     P = np.asarray(minilm.tensors["W_pos"], dtype=np.float64)
-    ablated = fp.ablate(P, np.zeros((P.shape[1], 0)))
+    ablated = ablate(P, np.zeros((P.shape[1], 0)))
     assert np.array_equal(ablated, P)
-    ids = fp.prompt_ids(minilm.tensors, minilm.shape, 20)
+    ids = prompt_ids(minilm.tensors, minilm.shape, 20)
     plain = forward(minilm.tensors, minilm.shape, ids)
     assert np.array_equal(forward(minilm.tensors, minilm.shape, ids, positions=ablated[:len(ids)]).hidden, plain.hidden)
 
@@ -229,22 +234,22 @@ def test_ablating_a_zero_subspace_changes_nothing(minilm):
 def test_ablation_removes_the_subspace_and_the_control_moves_the_same_amount():
     rng = np.random.default_rng(9)
     P = rng.standard_normal((50, 20)) @ np.diag(np.linspace(5, 0.1, 20))
-    B = fp.top_right_singular_vectors(P, 3)
-    ablated = fp.ablate(P, B)
+    B = top_right_singular_vectors(P, 3)
+    ablated = ablate(P, B)
     np.testing.assert_allclose(ablated @ B, 0, atol=1e-12)
     R = random_basis(20, 3, rng)
-    control = fp.ablate(P, B, R)
+    control = ablate(P, B, R)
     np.testing.assert_allclose(np.linalg.norm(control - P, axis=1), np.linalg.norm(ablated - P, axis=1))
     np.testing.assert_allclose((control - P) - (control - P) @ R @ R.T, 0, atol=1e-12)  # the change lies in span R
     np.testing.assert_allclose((control - P) @ R, -(P @ B))  # the same coordinates, moved to R
 
 
 def test_text_overlap_is_one_for_identical_patterns_and_uniform_rows_sum_to_one():
-    A = fp.uniform_pattern(6, causal=True)
+    A = uniform_pattern(6, causal=True)
     np.testing.assert_allclose(A.sum(axis=1), 1)
-    assert fp.overlap(A, A, np.arange(6)) == pytest.approx(1.0)
+    assert overlap(A, A, np.arange(6)) == pytest.approx(1.0)
     B = np.eye(6)
-    assert fp.overlap(B, np.roll(B, 1, axis=1), np.arange(6)) == 0.0
+    assert overlap(B, np.roll(B, 1, axis=1), np.arange(6)) == 0.0
 
 
 # ---------------------------------------------------------------------------
@@ -253,14 +258,14 @@ def test_text_overlap_is_one_for_identical_patterns_and_uniform_rows_sum_to_one(
 
 def test_text_is_long_enough_and_prompts_fit(minilm):
     assert len(words()) == sum(len(p.split()) for p in PARAGRAPHS) and prefix(len(words())) == TEXT
-    assert len(minilm.tensors.tokenize(prefix(fp.PROMPT_WORDS[-1]), special_tokens=True)) <= minilm.shape.n_ctx
+    assert len(minilm.tensors.tokenize(prefix(PROMPT_WORDS[-1]), special_tokens=True)) <= minilm.shape.n_ctx
     paragraph_tokens = sum(len(minilm.tensors.tokenize(p)) for p in PARAGRAPHS)
     assert paragraph_tokens >= 1024
 
 
 def test_gpt2_prompt_lengths(gpt2_weights):
     tensors = open_source("gpt2").tensors
-    lengths = [len(tensors.tokenize(prefix(n))) for n in fp.PROMPT_WORDS]
+    lengths = [len(tensors.tokenize(prefix(n))) for n in PROMPT_WORDS]
     assert lengths == [15, 150, 500]
     assert sum(len(tensors.tokenize(p)) for p in PARAGRAPHS) >= 1024
 
@@ -302,7 +307,7 @@ def test_whole_chapter_runs_on_a_full_tiny_gpt2(tmp_path, tiny_lm, gpt2_weights,
     entry = lambda name: cache.entry(tiny_lm.slug, name)  # noqa: E731
     numbers = lambda name: json.loads((entry(name) / "numbers.json").read_text())  # noqa: E731
     prompts = numbers("forward_prompts")
-    assert [prompts[f"{p}_tokens"]["value"] for p in fp.PROMPTS] == [15, 150, 500]
+    assert [prompts[f"{p}_tokens"]["value"] for p in PROMPTS] == [15, 150, 500]
     ids = (entry("forward_prompts") / "token_ids.csv").read_text().splitlines()
     assert len(ids) == 1 + 15 + 150 + 500 and ids[1] == "short,0,21129"  # "Anyone", id 21129 in GPT-2's vocabulary
     states = (entry("signal_subspaces") / "states.csv").read_text().splitlines()
@@ -370,8 +375,8 @@ def test_the_tracy_widom_quantile_is_the_99th_percentile_of_f1():
 
 
 def test_entropy_and_the_state_where_the_top_token_settles():
-    assert fp.entropy(np.zeros(50257)) == pytest.approx(np.log(50257))
-    assert fp.entropy(np.array([0.0, -np.inf, -np.inf])) == pytest.approx(0.0, abs=1e-12)
-    np.testing.assert_allclose(np.exp(fp.log_softmax(np.array([1.0, 2.0, 3.0]))).sum(), 1.0)
-    assert fp.decided_state(np.array([5, 7, 5, 5])) == 2
-    assert fp.decided_state(np.array([5, 5, 5])) == 0 and fp.decided_state(np.array([1, 2, 3])) == 2
+    assert entropy(np.zeros(50257)) == pytest.approx(np.log(50257))
+    assert entropy(np.array([0.0, -np.inf, -np.inf])) == pytest.approx(0.0, abs=1e-12)
+    np.testing.assert_allclose(np.exp(log_softmax(np.array([1.0, 2.0, 3.0]))).sum(), 1.0)
+    assert decided_state(np.array([5, 7, 5, 5])) == 2
+    assert decided_state(np.array([5, 5, 5])) == 0 and decided_state(np.array([1, 2, 3])) == 2
