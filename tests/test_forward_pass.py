@@ -23,7 +23,8 @@ from analyses.forward_pass.position_ablation import ablate, sentence_embeddings
 from analyses.forward_pass.position_share import chance_share, group_share, regression_share
 from analyses.forward_pass.prompts import PROMPTS, PROMPT_WORDS, content_rows, prompt_ids, shuffled
 from analyses.forward_pass.text_attention import overlap, uniform_pattern
-from analyses.toolkit.forward import final_norm, forward, lm_logits, mean_pool
+from analyses.toolkit.forward import (final_norm, forward, hook_names, lm_logits, mean_pool, run_with_cache,
+                                      run_with_hooks)
 from analyses.toolkit.linalg import top_right_singular_vectors
 from analyses.toolkit.signal import (classical_mds, mds_share, mean_angle, noise_edge, projection_distance,
                                      shared_rank, signal_subspace, union_rank)
@@ -62,7 +63,8 @@ def test_gpt2_forward_matches_transformers(tmp_path, dtype, tol):
     rng = np.random.default_rng(0)
     src = tiny_source(tmp_path / "tiny", rng)
     ids = rng.integers(0, 11, size=(2, 13))
-    mine = forward(src.tensors, src.shape, ids, keep_attention=True)
+    patterns = [f"blocks.{layer}.attn.hook_pattern" for layer in range(src.shape.n_layers)]
+    mine, cache = run_with_cache(src.tensors, src.shape, ids, patterns)
     model = GPT2Model.from_pretrained(str(src.directory), attn_implementation="eager").to(getattr(torch, dtype)).eval()
     with torch.no_grad():
         out = model(torch.tensor(ids), output_hidden_states=True, output_attentions=True)
@@ -72,7 +74,7 @@ def test_gpt2_forward_matches_transformers(tmp_path, dtype, tol):
         np.testing.assert_allclose(mine.hidden[layer], hidden[layer], atol=tol, rtol=tol)
     np.testing.assert_allclose(final_norm(src.tensors, src.shape, mine.hidden[-1]), hidden[-1], atol=tol, rtol=tol)
     for layer, A in enumerate(out.attentions):
-        np.testing.assert_allclose(mine.attention[layer], A.numpy(), atol=tol)
+        np.testing.assert_allclose(cache[patterns[layer]], A.numpy(), atol=tol)
     head = GPT2LMHeadModel.from_pretrained(str(src.directory), attn_implementation="eager").to(getattr(torch, dtype))
     with torch.no_grad():
         logits = head.eval()(torch.tensor(ids)).logits.numpy()
@@ -85,7 +87,8 @@ def test_bert_forward_matches_transformers_on_minilm(minilm, dtype, tol):
     from transformers import BertModel
 
     ids = minilm.tensors.tokenize(prefix(60), special_tokens=True)
-    mine = forward(minilm.tensors, minilm.shape, ids, keep_attention=True)
+    patterns = [f"blocks.{layer}.attn.hook_pattern" for layer in range(minilm.shape.n_layers)]
+    mine, cache = run_with_cache(minilm.tensors, minilm.shape, ids, patterns)
     model = BertModel.from_pretrained(str(minilm.directory), attn_implementation="eager").to(getattr(torch, dtype))
     with torch.no_grad():
         out = model.eval()(torch.tensor(ids[None]), output_hidden_states=True, output_attentions=True)
@@ -93,7 +96,7 @@ def test_bert_forward_matches_transformers_on_minilm(minilm, dtype, tol):
     for layer, h in enumerate(out.hidden_states):
         np.testing.assert_allclose(mine.hidden[layer], h.numpy(), atol=tol)
     for layer, A in enumerate(out.attentions):
-        np.testing.assert_allclose(mine.attention[layer], A.numpy(), atol=tol)
+        np.testing.assert_allclose(cache[patterns[layer]], A.numpy(), atol=tol)
 
 
 def test_minilm_sentence_embeddings_match_sentence_transformers(minilm):
@@ -219,6 +222,25 @@ def test_shuffles_keep_the_tokens_and_the_fixed_ends(minilm):
 
 
 # ---------------------------------------------------------------------------
+# The hook points
+
+
+def test_hooks_see_and_replace_activations_at_their_named_points(minilm):
+    ids = prompt_ids(minilm.tensors, minilm.shape, 20)
+    names = hook_names(minilm.shape)
+    assert names[:5] == ["hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre", "blocks.0.attn.hook_pattern",
+                         "blocks.0.hook_resid_post"]
+    plain, cache = run_with_cache(minilm.tensors, minilm.shape, ids, names)
+    assert np.array_equal(cache["blocks.2.hook_resid_pre"], plain.hidden[2])
+    assert np.array_equal(cache["blocks.2.hook_resid_post"], plain.hidden[3])
+    assert cache["blocks.1.attn.hook_pattern"].shape == (1, minilm.shape.n_heads, len(ids), len(ids))
+    zeroed = run_with_hooks(minilm.tensors, minilm.shape, ids, [("blocks.3.hook_resid_post", lambda x, name: 0 * x)])
+    assert np.array_equal(zeroed.hidden[:4], plain.hidden[:4]) and not zeroed.hidden[4].any()
+    with pytest.raises(ValueError, match="no hook point"):
+        run_with_hooks(minilm.tensors, minilm.shape, ids, [("blocks.99.hook_resid_pre", lambda x, name: None)])
+
+
+# ---------------------------------------------------------------------------
 # The ablation
 
 
@@ -228,7 +250,8 @@ def test_ablating_a_zero_subspace_changes_nothing(minilm):
     assert np.array_equal(ablated, P)
     ids = prompt_ids(minilm.tensors, minilm.shape, 20)
     plain = forward(minilm.tensors, minilm.shape, ids)
-    assert np.array_equal(forward(minilm.tensors, minilm.shape, ids, positions=ablated[:len(ids)]).hidden, plain.hidden)
+    replaced = run_with_hooks(minilm.tensors, minilm.shape, ids, [("hook_pos_embed", lambda rows, name: ablated[:len(ids)])])
+    assert np.array_equal(replaced.hidden, plain.hidden)
 
 
 def test_ablation_removes_the_subspace_and_the_control_moves_the_same_amount():

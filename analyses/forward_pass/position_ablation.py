@@ -13,7 +13,7 @@ from analyses.forward_pass.prompts import (FAMILY_NEEDS, LIBRARIES, NEEDS, PROMP
                                            content_rows, prompt_ids, state_labels)
 from analyses.toolkit import plotting
 from analyses.toolkit.attention import query_rows
-from analyses.toolkit.forward import forward, mean_pool
+from analyses.toolkit.forward import hook_layer, hook_names, mean_pool, run_with_hooks
 from analyses.toolkit.linalg import top_right_singular_vectors
 from analyses.toolkit.signal import mean_angle, signal_subspace
 from analyses.toolkit.subspaces import random_basis
@@ -51,7 +51,8 @@ def sentence_embeddings(tensors: Mapping[str, np.ndarray], shape: ModelShape, do
         batch = np.concatenate([ids] * len(tables))
         masks = np.concatenate([mask] * len(tables))
         positions = np.concatenate([np.broadcast_to(P[:n], (len(bucket), n, shape.d_model)) for P in tables])
-        last = forward(tensors, shape, batch, positions=positions, key_mask=masks).hidden[-1]
+        last = run_with_hooks(tensors, shape, batch, [("hook_pos_embed", lambda rows, name: positions)],
+                              key_mask=masks).hidden[-1]
         out[:, bucket] = mean_pool(last, masks).reshape(len(tables), len(bucket), -1)
     return out
 
@@ -79,11 +80,12 @@ def position_ablation(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, p
     positions = np.stack([T[:n] for T in tables])
     tv = np.zeros((n_conditions - 1, L, H))
 
-    def hook(layer: int, A: np.ndarray) -> None:
+    def hook(A: np.ndarray, name: str) -> None:
         q = A[:, :, queries]
-        tv[:, layer] = 0.5 * np.abs(q[1:] - q[0]).sum(axis=-1).mean(axis=-1)
+        tv[:, hook_layer(name)] = 0.5 * np.abs(q[1:] - q[0]).sum(axis=-1).mean(axis=-1)
 
-    hidden = forward(tensors, shape, batch, positions=positions, attention_hook=hook).hidden
+    patterns = [(name, hook) for name in hook_names(shape) if name.endswith("attn.hook_pattern")]
+    hidden = run_with_hooks(tensors, shape, batch, [("hook_pos_embed", lambda rows, name: positions), *patterns]).hidden
     states = hidden.shape[0]
     pooled = mean_pool(hidden[-1])  # the prompt itself as one document (BERT's sentence embedding)
     prompt_cos = pooled[1:] @ pooled[0]

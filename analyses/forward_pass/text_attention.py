@@ -14,7 +14,7 @@ from analyses.forward_pass.prompts import (FAMILY_NEEDS, LIBRARIES, NEEDS, PROMP
 from analyses.toolkit import plotting
 from analyses.toolkit.attention import (attention_pattern, classify, head_scores, head_statistics, position_inputs,
                                         query_rows)
-from analyses.toolkit.forward import forward, token_rows
+from analyses.toolkit.forward import hook_layer, hook_names, run_with_hooks, token_rows
 
 
 def overlap(A: np.ndarray, B: np.ndarray, queries: np.ndarray) -> float:
@@ -57,7 +57,8 @@ def text_attention(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, prom
     classes, rows, zooms = {}, [], np.zeros((2, L, H, zoom, zoom))
     check = {}
 
-    def hook(layer: int, A: np.ndarray) -> None:
+    def hook(A: np.ndarray, name: str) -> None:
+        layer = hook_layer(name)
         if layer == 0:
             check["diff"] = float(np.abs(A[1] - layer0_position_patterns(tensors, shape, n)).max())
         for h in range(H):
@@ -76,7 +77,9 @@ def text_attention(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, prom
                          s_text["mass_first"], s_alone["mean_distance"], s_text["mean_distance"], s_alone["entropy"],
                          s_text["entropy"]))
 
-    forward(tensors, shape, np.stack([ids, ids]), tokens=tokens, attention_hook=hook)
+    patterns = [name for name in hook_names(shape) if name.endswith("attn.hook_pattern")]
+    run_with_hooks(tensors, shape, np.stack([ids, ids]),
+                   [("hook_embed", lambda rows, name: tokens), *((name, hook) for name in patterns)])
     O, U = stats["overlap"], stats["uniform"]
     keep = (O >= positional) & (O > U)
     same = np.array([[classes[layer, h][0] == classes[layer, h][1] for h in range(H)] for layer in range(L)])

@@ -14,15 +14,19 @@ unpadded key for BERT), q = x W_Q^h + b_Q^h, k = x W_K^h + b_K^h, and Attn(x) = 
 
 `forward` returns the hidden states after the embeddings and after each layer (L + 1 states; GPT-2's last one
 *before* its final LayerNorm, so that every state is a point of the residual stream, whereas transformers'
-GPT2Model applies ln_f to its last returned state) and, on request, the attention patterns. Hooks replace the
-position rows (the ablations) or the token rows (zeros: the position-only input). Everything is computed in
+GPT2Model applies ln_f to its last returned state). Activations are reached at named hook points, as in
+TransformerLens: `hook_embed` (the token rows), `hook_pos_embed` (the position rows), and per layer ℓ
+`blocks.ℓ.hook_resid_pre`, `blocks.ℓ.attn.hook_pattern` ([batch, heads, queries, keys]) and
+`blocks.ℓ.hook_resid_post`. `run_with_hooks` calls hook(value, name) at the points named, and an array a hook
+returns replaces the activation (the ablations replace the position rows, the position-only input the token
+rows); `run_with_cache` keeps the activations named. Everything is computed in
 float64 from the float32 weights (which float64 holds exactly), so results agree across machines far below
 the suite's relative tolerance of 1e-6.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,16 +34,35 @@ from scipy.special import erf
 
 from analyses.toolkit.shape import Shape
 
-AttentionHook = Callable[[int, np.ndarray], None]
-"""Called as hook(layer, A) with each layer's attention, A of shape [batch, heads, queries, keys]."""
+Hook = Callable[[np.ndarray, str], "np.ndarray | None"]
+"""Called as hook(value, name) at a named hook point; an array it returns replaces the activation."""
 
 
 @dataclass(frozen=True)
 class ForwardPass:
-    """hidden: [L + 1, batch, n, D]; attention: [L, batch, heads, n, n] when kept, else None."""
+    """hidden: [L + 1, batch, n, D], the residual stream after the embeddings and after each layer."""
 
     hidden: np.ndarray
-    attention: np.ndarray | None = None
+
+
+def hook_names(shape: Shape) -> list[str]:
+    """Every hook point of a model, in the order a forward pass reaches them."""
+    per_layer = ("hook_resid_pre", "attn.hook_pattern", "hook_resid_post")
+    return ["hook_embed", "hook_pos_embed", *(f"blocks.{layer}.{point}" for layer in range(shape.n_layers)
+                                              for point in per_layer)]
+
+
+def hook_layer(name: str) -> int:
+    """The layer of a per-layer hook point: 3 for `blocks.3.attn.hook_pattern`."""
+    return int(name.split(".")[1])
+
+
+def _hooked(hooks: Mapping[str, Sequence[Hook]], name: str, value: np.ndarray) -> np.ndarray:
+    for hook in hooks.get(name, ()):
+        out = hook(value, name)
+        if out is not None:
+            value = out
+    return value
 
 
 def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
@@ -88,19 +111,21 @@ def _as_batch(x: np.ndarray | None, batch: int, n: int, d: int, what: str) -> np
     return x
 
 
-def embed(tensors: Mapping[str, np.ndarray], shape: Shape, ids: np.ndarray, *,
-          positions: np.ndarray | None = None, tokens: np.ndarray | None = None) -> np.ndarray:
-    """h⁰ [batch, n, D] for ids [batch, n]; `positions` ([n, D] or [batch, n, D]) replaces p_0 … p_{n−1} and
-    `tokens` (same shapes) replaces the token rows (zeros give the position-only input)."""
+def embed(tensors: Mapping[str, np.ndarray], shape: Shape, ids: np.ndarray,
+          hooks: Mapping[str, Sequence[Hook]] = {}) -> np.ndarray:
+    """h⁰ [batch, n, D] for ids [batch, n]. A hook at `hook_embed` or `hook_pos_embed` that returns an array
+    ([n, D] or [batch, n, D]) replaces the token rows (zeros give the position-only input) or p_0 … p_{n−1}."""
     ids = np.atleast_2d(np.asarray(ids))
     batch, n = ids.shape
     if n > shape.n_ctx:
         raise ValueError(f"{n} tokens exceed the {shape.n_ctx} positions of {shape.name}")
     d = shape.d_model
-    tok = _as_batch(tokens, batch, n, d, "tokens")
-    tok = token_rows(tensors, ids) if tok is None else tok
-    pos = _as_batch(positions, batch, n, d, "positions")
-    pos = position_rows(tensors, n)[None] if pos is None else pos
+    tok = token_rows(tensors, ids)
+    replaced = _hooked(hooks, "hook_embed", tok)
+    tok = tok if replaced is tok else _as_batch(replaced, batch, n, d, "hook_embed")
+    pos = position_rows(tensors, n)[None]
+    replaced = _hooked(hooks, "hook_pos_embed", pos)
+    pos = pos if replaced is pos else _as_batch(replaced, batch, n, d, "hook_pos_embed")
     x = tok + pos
     if shape.family == "bert":
         x = x + _f64(tensors, "W_token_type")[0]
@@ -109,9 +134,9 @@ def embed(tensors: Mapping[str, np.ndarray], shape: Shape, ids: np.ndarray, *,
 
 
 def attention_layer(tensors: Mapping[str, np.ndarray], shape: Shape, layer: int, x: np.ndarray,
-                    allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(Σ_h A_h v_h W_O^h + b_O, A) for input x [batch, n, D]; `allowed` [batch or 1, 1, n, n] marks the keys a
-    query may attend to."""
+                    allowed: np.ndarray, hooks: Mapping[str, Sequence[Hook]] = {}) -> np.ndarray:
+    """Σ_h A_h v_h W_O^h + b_O for input x [batch, n, D]; `allowed` [batch or 1, 1, n, n] marks the keys a
+    query may attend to; the pattern A passes the hook point `blocks.{layer}.attn.hook_pattern`."""
     batch, n, d = x.shape
     h, dh = shape.n_heads, shape.d_head
     pre = f"blocks.{layer}.attn."
@@ -129,9 +154,9 @@ def attention_layer(tensors: Mapping[str, np.ndarray], shape: Shape, layer: int,
     A -= A.max(axis=-1, keepdims=True)
     np.exp(A, out=A)
     A /= A.sum(axis=-1, keepdims=True)
+    A = _hooked(hooks, f"{pre}hook_pattern", A)
     z = (A @ v).transpose(0, 2, 1, 3).reshape(batch, n, h * dh)
-    out = z @ _f64(tensors, f"{pre}W_O").reshape(h * dh, d) + _f64(tensors, f"{pre}b_O")
-    return out, A
+    return z @ _f64(tensors, f"{pre}W_O").reshape(h * dh, d) + _f64(tensors, f"{pre}b_O")
 
 
 def mlp(tensors: Mapping[str, np.ndarray], shape: Shape, layer: int, x: np.ndarray) -> np.ndarray:
@@ -154,37 +179,52 @@ def allowed_keys(shape: Shape, n: int, key_mask: np.ndarray | None = None) -> np
 
 
 def forward(tensors: Mapping[str, np.ndarray], shape: Shape, ids: np.ndarray, *,
-            positions: np.ndarray | None = None, tokens: np.ndarray | None = None,
-            key_mask: np.ndarray | None = None, keep_attention: bool = False,
-            attention_hook: AttentionHook | None = None) -> ForwardPass:
-    """Hidden states after the embeddings and after each layer, for token ids [n] or [batch, n].
+            key_mask: np.ndarray | None = None) -> ForwardPass:
+    """Hidden states after the embeddings and after each layer, for token ids [n] or [batch, n]; `key_mask`
+    [batch, n] marks BERT's real (unpadded) tokens."""
+    return run_with_hooks(tensors, shape, ids, (), key_mask=key_mask)
 
-    `positions`/`tokens` replace the position or token rows (see `embed`); `key_mask` [batch, n] marks BERT's
-    real (unpadded) tokens; `attention_hook(layer, A)` sees every layer's attention (e.g. to reduce it
-    without keeping it); `keep_attention` returns all of it ([L, batch, heads, n, n]: memory grows as n²).
-    """
+
+def run_with_hooks(tensors: Mapping[str, np.ndarray], shape: Shape, ids: np.ndarray,
+                   fwd_hooks: Sequence[tuple[str, Hook]], *, key_mask: np.ndarray | None = None) -> ForwardPass:
+    """`forward`, calling each (name, hook) of `fwd_hooks` at its hook point (see `hook_names`), in order."""
+    known = set(hook_names(shape))
+    hooks: dict[str, list[Hook]] = {}
+    for name, hook in fwd_hooks:
+        if name not in known:
+            raise ValueError(f"{shape.name} has no hook point {name!r}")
+        hooks.setdefault(name, []).append(hook)
     ids = np.atleast_2d(np.asarray(ids))
-    x = embed(tensors, shape, ids, positions=positions, tokens=tokens)
+    x = embed(tensors, shape, ids, hooks)
     allowed = allowed_keys(shape, ids.shape[1], key_mask)
-    states, patterns = [x], []
+    states = []
     eps = shape.ln_eps
     for layer in range(shape.n_layers):
+        x = _hooked(hooks, f"blocks.{layer}.hook_resid_pre", x)
+        states.append(x)
         ln = lambda name, y: layer_norm(y, _f64(tensors, f"blocks.{layer}.{name}.w"),  # noqa: E731
                                         _f64(tensors, f"blocks.{layer}.{name}.b"), eps)
         if shape.family == "gpt2":
-            out, A = attention_layer(tensors, shape, layer, ln("ln1", x), allowed)
-            x = x + out
+            x = x + attention_layer(tensors, shape, layer, ln("ln1", x), allowed, hooks)
             x = x + mlp(tensors, shape, layer, ln("ln2", x))
         else:
-            out, A = attention_layer(tensors, shape, layer, x, allowed)
-            x = ln("ln1", x + out)
+            x = ln("ln1", x + attention_layer(tensors, shape, layer, x, allowed, hooks))
             x = ln("ln2", x + mlp(tensors, shape, layer, x))
-        if attention_hook is not None:
-            attention_hook(layer, A)
-        if keep_attention:
-            patterns.append(A)
-        states.append(x)
-    return ForwardPass(np.stack(states), np.stack(patterns) if keep_attention else None)
+        x = _hooked(hooks, f"blocks.{layer}.hook_resid_post", x)
+    states.append(x)
+    return ForwardPass(np.stack(states))
+
+
+def run_with_cache(tensors: Mapping[str, np.ndarray], shape: Shape, ids: np.ndarray, names: Sequence[str], *,
+                   key_mask: np.ndarray | None = None) -> tuple[ForwardPass, dict[str, np.ndarray]]:
+    """`forward`, and the activations at the hook points `names`, by name (each pattern is [batch, heads, n, n]:
+    memory grows as n²)."""
+    cache: dict[str, np.ndarray] = {}
+
+    def keep(value: np.ndarray, name: str) -> None:
+        cache[name] = value
+
+    return run_with_hooks(tensors, shape, ids, [(name, keep) for name in names], key_mask=key_mask), cache
 
 
 def final_norm(tensors: Mapping[str, np.ndarray], shape: Shape, h: np.ndarray) -> np.ndarray:
