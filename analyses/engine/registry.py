@@ -52,7 +52,10 @@ class Analysis:
     pattern means every layer) and `tokenizer` when it tokenises text; `family_needs` adds
     what only one model family reads (e.g. BERT's embedding LayerNorm). `libraries` names
     installed distributions beyond the base set (see `engine.fingerprints`) whose versions
-    can change its output, e.g. torch for an analysis that runs a model.
+    can change its output, e.g. torch for an analysis that runs a model. `data`, for an analysis
+    that reads data files beyond the weights (a text corpus), returns {name: sha256} of those files
+    and raises ValueError, in one line, when one is missing or not the expected file; the digests
+    join its fingerprint.
     """
 
     name: str
@@ -65,6 +68,7 @@ class Analysis:
     scope: str = "model"
     libraries: tuple[str, ...] = ()
     family_needs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    data: Callable[[], Mapping[str, str]] | None = None
 
     def needs_for(self, family: str) -> tuple[str, ...]:
         """What this analysis reads from a model of the given family ("gpt2" or "bert")."""

@@ -17,7 +17,8 @@ unpadded key for BERT), q = x W_Q^h + b_Q^h, k = x W_K^h + b_K^h, and Attn(x) = 
 GPT2Model applies ln_f to its last returned state) and, on request, the attention patterns. Hooks replace the
 position rows (the ablations) or the token rows (zeros: the position-only input). Everything is computed in
 float64 from the float32 weights (which float64 holds exactly), so results agree across machines far below
-the suite's relative tolerance of 1e-6.
+the suite's relative tolerance of 1e-6; `dtype=np.float32` runs the same pass in float32 (about 1e-6 relative,
+for statistics over many sequences whose cited digits allow it).
 """
 
 from __future__ import annotations
@@ -50,37 +51,37 @@ def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.nd
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
     """GPT-2's GELU: ½x(1 + tanh(√(2/π)(x + 0.044715x³)))."""
-    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1.0 + np.tanh(float(np.sqrt(2.0 / np.pi)) * (x + 0.044715 * x**3)))
 
 
 def gelu_erf(x: np.ndarray) -> np.ndarray:
     """BERT's GELU: ½x(1 + erf(x/√2)) (computed in place of temporaries: the MLP's largest array)."""
-    y = erf(x * np.sqrt(0.5))
+    y = erf(x * float(np.sqrt(0.5)))  # a Python float keeps float32 input in float32
     y += 1.0
     y *= x
     y *= 0.5
     return y
 
 
-def _f64(tensors: Mapping[str, np.ndarray], name: str) -> np.ndarray:
-    return np.asarray(tensors[name], dtype=np.float64)
+def _f64(tensors: Mapping[str, np.ndarray], name: str, dtype=np.float64) -> np.ndarray:
+    return np.asarray(tensors[name], dtype=dtype)
 
 
-def token_rows(tensors: Mapping[str, np.ndarray], ids: np.ndarray) -> np.ndarray:
-    """e_{t} for every id (any shape of ids), float64, reading only those rows of W_E."""
+def token_rows(tensors: Mapping[str, np.ndarray], ids: np.ndarray, dtype=np.float64) -> np.ndarray:
+    """e_{t} for every id (any shape of ids), float64 (or `dtype`), reading only those rows of W_E."""
     ids = np.asarray(ids)
-    return np.asarray(tensors["W_E"][ids.ravel()], dtype=np.float64).reshape(*ids.shape, -1)
+    return np.asarray(tensors["W_E"][ids.ravel()], dtype=dtype).reshape(*ids.shape, -1)
 
 
-def position_rows(tensors: Mapping[str, np.ndarray], n: int) -> np.ndarray:
-    """p_0 … p_{n−1}, float64 [n, D]."""
-    return _f64(tensors, "W_pos")[:n]
+def position_rows(tensors: Mapping[str, np.ndarray], n: int, dtype=np.float64) -> np.ndarray:
+    """p_0 … p_{n−1}, float64 (or `dtype`) [n, D]."""
+    return _f64(tensors, "W_pos", dtype)[:n]
 
 
-def _as_batch(x: np.ndarray | None, batch: int, n: int, d: int, what: str) -> np.ndarray | None:
+def _as_batch(x: np.ndarray | None, batch: int, n: int, d: int, what: str, dtype=np.float64) -> np.ndarray | None:
     if x is None:
         return None
-    x = np.asarray(x, dtype=np.float64)
+    x = np.asarray(x, dtype=dtype)
     if x.ndim == 2:
         x = np.broadcast_to(x, (batch, *x.shape))
     if x.shape != (batch, n, d):
@@ -89,7 +90,7 @@ def _as_batch(x: np.ndarray | None, batch: int, n: int, d: int, what: str) -> np
 
 
 def embed(tensors: Mapping[str, np.ndarray], shape: ModelShape, ids: np.ndarray, *,
-          positions: np.ndarray | None = None, tokens: np.ndarray | None = None) -> np.ndarray:
+          positions: np.ndarray | None = None, tokens: np.ndarray | None = None, dtype=np.float64) -> np.ndarray:
     """h⁰ [batch, n, D] for ids [batch, n]; `positions` ([n, D] or [batch, n, D]) replaces p_0 … p_{n−1} and
     `tokens` (same shapes) replaces the token rows (zeros give the position-only input)."""
     ids = np.atleast_2d(np.asarray(ids))
@@ -97,14 +98,14 @@ def embed(tensors: Mapping[str, np.ndarray], shape: ModelShape, ids: np.ndarray,
     if n > shape.n_ctx:
         raise ValueError(f"{n} tokens exceed the {shape.n_ctx} positions of {shape.name}")
     d = shape.d_model
-    tok = _as_batch(tokens, batch, n, d, "tokens")
-    tok = token_rows(tensors, ids) if tok is None else tok
-    pos = _as_batch(positions, batch, n, d, "positions")
-    pos = position_rows(tensors, n)[None] if pos is None else pos
+    tok = _as_batch(tokens, batch, n, d, "tokens", dtype)
+    tok = token_rows(tensors, ids, dtype) if tok is None else tok
+    pos = _as_batch(positions, batch, n, d, "positions", dtype)
+    pos = position_rows(tensors, n, dtype)[None] if pos is None else pos
     x = tok + pos
     if shape.family == "bert":
-        x = x + _f64(tensors, "W_token_type")[0]
-        x = layer_norm(x, _f64(tensors, "embed.ln.w"), _f64(tensors, "embed.ln.b"), shape.ln_eps)
+        x = x + _f64(tensors, "W_token_type", dtype)[0]
+        x = layer_norm(x, _f64(tensors, "embed.ln.w", dtype), _f64(tensors, "embed.ln.b", dtype), shape.ln_eps)
     return x
 
 
@@ -115,11 +116,13 @@ def attention_layer(tensors: Mapping[str, np.ndarray], shape: ModelShape, layer:
     batch, n, d = x.shape
     h, dh = shape.n_heads, shape.d_head
     pre = f"blocks.{layer}.attn."
+    dtype = x.dtype
 
     def project(kind: str) -> np.ndarray:
-        W = _f64(tensors, f"{pre}W_{kind}").transpose(1, 0, 2).reshape(d, h * dh)
-        out = x @ W + _f64(tensors, f"{pre}b_{kind}").reshape(h * dh)
-        return out.reshape(batch, n, h, dh).transpose(0, 2, 1, 3)
+        W = _f64(tensors, f"{pre}W_{kind}", dtype).transpose(1, 0, 2).reshape(d, h * dh)
+        out = x @ W + _f64(tensors, f"{pre}b_{kind}", dtype).reshape(h * dh)
+        # contiguous heads: matmul then runs BLAS per head instead of its generic strided loop
+        return np.ascontiguousarray(out.reshape(batch, n, h, dh).transpose(0, 2, 1, 3))
 
     q, k, v = project("Q"), project("K"), project("V")
     A = q @ k.transpose(0, 1, 3, 2)
@@ -130,15 +133,15 @@ def attention_layer(tensors: Mapping[str, np.ndarray], shape: ModelShape, layer:
     np.exp(A, out=A)
     A /= A.sum(axis=-1, keepdims=True)
     z = (A @ v).transpose(0, 2, 1, 3).reshape(batch, n, h * dh)
-    out = z @ _f64(tensors, f"{pre}W_O").reshape(h * dh, d) + _f64(tensors, f"{pre}b_O")
+    out = z @ _f64(tensors, f"{pre}W_O", dtype).reshape(h * dh, d) + _f64(tensors, f"{pre}b_O", dtype)
     return out, A
 
 
 def mlp(tensors: Mapping[str, np.ndarray], shape: ModelShape, layer: int, x: np.ndarray) -> np.ndarray:
     pre = f"blocks.{layer}.mlp."
     act = gelu_tanh if shape.family == "gpt2" else gelu_erf
-    inner = act(x @ _f64(tensors, f"{pre}W_in") + _f64(tensors, f"{pre}b_in"))
-    return inner @ _f64(tensors, f"{pre}W_out") + _f64(tensors, f"{pre}b_out")
+    inner = act(x @ _f64(tensors, f"{pre}W_in", x.dtype) + _f64(tensors, f"{pre}b_in", x.dtype))
+    return inner @ _f64(tensors, f"{pre}W_out", x.dtype) + _f64(tensors, f"{pre}b_out", x.dtype)
 
 
 def allowed_keys(shape: ModelShape, n: int, key_mask: np.ndarray | None = None) -> np.ndarray:
@@ -156,21 +159,22 @@ def allowed_keys(shape: ModelShape, n: int, key_mask: np.ndarray | None = None) 
 def forward(tensors: Mapping[str, np.ndarray], shape: ModelShape, ids: np.ndarray, *,
             positions: np.ndarray | None = None, tokens: np.ndarray | None = None,
             key_mask: np.ndarray | None = None, keep_attention: bool = False,
-            attention_hook: AttentionHook | None = None) -> ForwardPass:
+            attention_hook: AttentionHook | None = None, dtype=np.float64) -> ForwardPass:
     """Hidden states after the embeddings and after each layer, for token ids [n] or [batch, n].
 
     `positions`/`tokens` replace the position or token rows (see `embed`); `key_mask` [batch, n] marks BERT's
     real (unpadded) tokens; `attention_hook(layer, A)` sees every layer's attention (e.g. to reduce it
-    without keeping it); `keep_attention` returns all of it ([L, batch, heads, n, n]: memory grows as n²).
+    without keeping it); `keep_attention` returns all of it ([L, batch, heads, n, n]: memory grows as n²);
+    `dtype` is the arithmetic's precision (float64 by default).
     """
     ids = np.atleast_2d(np.asarray(ids))
-    x = embed(tensors, shape, ids, positions=positions, tokens=tokens)
+    x = embed(tensors, shape, ids, positions=positions, tokens=tokens, dtype=dtype)
     allowed = allowed_keys(shape, ids.shape[1], key_mask)
     states, patterns = [x], []
     eps = shape.ln_eps
     for layer in range(shape.n_layers):
-        ln = lambda name, y: layer_norm(y, _f64(tensors, f"blocks.{layer}.{name}.w"),  # noqa: E731
-                                        _f64(tensors, f"blocks.{layer}.{name}.b"), eps)
+        ln = lambda name, y: layer_norm(y, _f64(tensors, f"blocks.{layer}.{name}.w", dtype),  # noqa: E731
+                                        _f64(tensors, f"blocks.{layer}.{name}.b", dtype), eps)
         if shape.family == "gpt2":
             out, A = attention_layer(tensors, shape, layer, ln("ln1", x), allowed)
             x = x + out
