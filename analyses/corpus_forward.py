@@ -27,7 +27,7 @@ import numpy as np
 from scipy import sparse
 
 from analyses.engine.registry import register
-from analyses.engine.results import Accuracy, Number, Result, Table, Text
+from analyses.engine.results import Accuracy, Number, Result, Table, Text, printed_stably
 from analyses.engine.sources import ModelShape, model_spec
 from analyses.toolkit import plotting
 from analyses.toolkit.corpus import (FILE, GENRES, LICENCE, MODULE, PACKAGE, SHA256, VERSION, corpus_inputs,
@@ -50,17 +50,22 @@ WINDOWS = {
              "read": 1024, "why": "GPT-2 was trained on sequences of 1024 tokens"},
 }
 """Per model family: positions per window, words per block, windows per genre, and the positions trained."""
-FLOAT32 = Accuracy(rel=1e-4, abs=1e-5, basis="statistics of float32 forward passes over many windows: float32 "
-                                             "rounding (about 1e-7 relative per operation) moves them by about "
-                                             "1e-6 relative; declared 1e-4")
-ANGLE = Accuracy(rel=1e-3, abs=1e-3, basis="principal angles of signal subspaces from float32 states: a subspace "
-                                           "moves by the states' rounding over its spectral gap; declared 1e-3")
+FLOAT32 = Accuracy(rel=1e-5, abs=1e-6, basis="statistics of float32 forward passes over many windows: float32 "
+                                             "rounding moves a state by about 1e-6 relative (7e-7 measured against "
+                                             "float64), sums over windows average it; declared 1e-5")
 RANK = Accuracy(basis="exact: counts of singular values above a threshold; a singular value within float32 "
                       "rounding (about 1e-6 relative) of its threshold could move one window's count by one")
 
 
 # ---------------------------------------------------------------------------
 # The decomposition
+
+
+def share_number(value: float, description: str) -> Number:
+    """A share with one decimal of a percent, or none where float32's accuracy leaves that decimal undetermined
+    (a value within 1e-5 relative of a rounding boundary)."""
+    fmt = ".1%" if printed_stably(value, ".1%", FLOAT32) else ".0%"
+    return Number(value, fmt, description, FLOAT32)
 
 
 def variance_shares(H: np.ndarray, ids: np.ndarray) -> dict[str, np.ndarray]:
@@ -188,7 +193,8 @@ def corpus_states(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, windo
         "block_words": Number(spec["block_words"], "d", "words per block the windows are cut from"),
         "n_boot": Number(n_boot, "d", "bootstrap resamples of the windows"),
         "level": Number(0.95, ".0%", "coverage of the bootstrap intervals (2.5th to 97.5th percentile)"),
-        "n_angle_windows": Number(n_angle_windows, "d", "windows (and random rotations) of the angle comparison"),
+        "n_angle_windows": Number(n_angle_windows, "d", "windows (and random rotations) of the angle comparison, "
+                                                        "run again in float64"),
         "seed": Number(seed, "d", "seed of the shuffles, the bootstrap and the rotations"),
     }
     corpus = load_corpus()
@@ -216,17 +222,17 @@ def corpus_states(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, windo
                 intervals[what, key, s] = (value, low, high)
                 suffix = "" if what == "text" else "_shuffled"
                 numbers |= {
-                    f"{key}{suffix}_{tags[s]}": Number(value, ".1%", f"{key} share after {labels[s]}, {what}", FLOAT32),
-                    f"{key}{suffix}_{tags[s]}_low": Number(low, ".1%", "its 95 % bootstrap interval, lower end", FLOAT32),
-                    f"{key}{suffix}_{tags[s]}_high": Number(high, ".1%", "upper end", FLOAT32),
+                    f"{key}{suffix}_{tags[s]}": share_number(value, f"{key} share after {labels[s]}, {what}"),
+                    f"{key}{suffix}_{tags[s]}_low": share_number(low, "its 95 % bootstrap interval, lower end"),
+                    f"{key}{suffix}_{tags[s]}_high": share_number(high, "upper end"),
                 }
-                row[what] += [value, low, high]
+                row[what] += [value, low, high] if what == "text" else [value]
         dlow, dhigh = np.percentile(diff, [2.5, 97.5])
         numbers |= {
-            f"pos_diff_{tags[s]}": Number(share(t_terms, "pos") - share(m_terms, "pos"), ".1%",
-                                          f"position share, text minus shuffled, after {labels[s]}", FLOAT32),
-            f"pos_diff_{tags[s]}_low": Number(dlow, ".1%", "its 95 % paired bootstrap interval, lower end", FLOAT32),
-            f"pos_diff_{tags[s]}_high": Number(dhigh, ".1%", "upper end", FLOAT32),
+            f"pos_diff_{tags[s]}": share_number(share(t_terms, "pos") - share(m_terms, "pos"),
+                                                f"position share, text minus shuffled, after {labels[s]}"),
+            f"pos_diff_{tags[s]}_low": share_number(dlow, "its 95 % paired bootstrap interval, lower end"),
+            f"pos_diff_{tags[s]}_high": share_number(dhigh, "upper end"),
             f"distinct_{tags[s]}": Number(int(t_terms["distinct"]), "d", "distinct token ids on the content rows"),
             f"alone_cos_{tags[s]}": Number(float(np.median(cos)), ".2f", f"median over positions of the cosine between "
                                            f"the position component and the position-only state, {labels[s]}", FLOAT32),
@@ -252,25 +258,22 @@ def corpus_states(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, windo
         numbers[f"pos_diff_{last}"], numbers[f"pos_diff_{last}_low"], numbers[f"pos_diff_{last}_high"])
     numbers["alone_cos_last"] = numbers[f"alone_cos_{last}"]
 
-    # signal ranks per window, and the angles against the residual-connection null on a seeded subset of windows
+    # signal ranks per window; the angles against the residual-connection null on a seeded subset of windows, whose
+    # states are recomputed in float64 (a subspace turns by the states' rounding over its spectral gap)
     ranks = np.zeros((states, W), dtype=int)
-    bases = {}
-    subset = set(np.random.default_rng([seed, 1]).choice(W, size=n_angle_windows, replace=False).tolist())
     for s in range(states):
         for w in range(W):
             X = text[s, w].astype(np.float64)
-            if w in subset:
-                sub = signal_subspace(X)
-                bases[s, w], values, edge = sub.basis, sub.singular_values, sub.noise
-            else:  # the same decision from the singular values alone
-                values = np.linalg.svd(X - X.mean(axis=0), compute_uv=False)[:min(X.shape[0] - 1, X.shape[1])]
-                edge = noise_edge(values, X.shape[0] - 1, X.shape[1])
-            ranks[s, w] = int(np.sum(edge.keeps(values)))
+            values = np.linalg.svd(X - X.mean(axis=0), compute_uv=False)[:min(X.shape[0] - 1, X.shape[1])]
+            ranks[s, w] = int(np.sum(noise_edge(values, X.shape[0] - 1, X.shape[1]).keeps(values)))
+    order = np.sort(np.random.default_rng([seed, 1]).choice(W, size=n_angle_windows, replace=False))
+    exact = forward(tensors, shape, ids[order]).hidden[:, :, rows]  # float64 [states, windows, N', D]
+    bases = [[signal_subspace(X).basis for X in state] for state in exact]
     null_rng = np.random.default_rng([seed, 2])
-    order = sorted(subset)
-    actual = np.array([[mean_angle(bases[s, w], bases[s + 1, w]) for w in order] for s in range(states - 1)])
-    null = np.array([[residual_null_angle(text[s, w].astype(np.float64), text[s + 1, w].astype(np.float64), null_rng)
-                      for w in order] for s in range(states - 1)])
+    actual = np.array([[mean_angle(bases[s][i], bases[s + 1][i]) for i in range(len(order))]
+                       for s in range(states - 1)])
+    null = np.array([[residual_null_angle(exact[s, i], exact[s + 1, i], null_rng) for i in range(len(order))]
+                     for s in range(states - 1)])
     below = np.sum(actual < null, axis=1)
     angle_rows = []
     for s in range(states):
@@ -282,16 +285,16 @@ def corpus_states(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, windo
         }
     for s in range(states - 1):
         numbers |= {
-            f"angle_{tags[s + 1]}": Number(float(np.mean(actual[s])), ".1f", f"mean angle into {labels[s + 1]}", ANGLE),
-            f"angle_null_{tags[s + 1]}": Number(float(np.mean(null[s])), ".1f", "the residual-connection null", ANGLE),
+            f"angle_{tags[s + 1]}": Number(float(np.mean(actual[s])), ".1f", f"mean angle into {labels[s + 1]}"),
+            f"angle_null_{tags[s + 1]}": Number(float(np.mean(null[s])), ".1f", "the residual-connection null"),
             f"angle_below_{tags[s + 1]}": Number(int(below[s]), "d", "windows whose angle is below their null draw"),
         }
         angle_rows.append((f"{labels[s]} → {labels[s + 1]}", float(np.mean(actual[s])), float(actual[s].min()),
                            float(actual[s].max()), float(np.mean(null[s])), float(null[s].min()),
                            float(null[s].max()), int(below[s])))
     numbers |= {
-        "angle_mean": Number(float(actual.mean()), ".1f", "mean angle between consecutive states", ANGLE),
-        "angle_null_mean": Number(float(null.mean()), ".1f", "the same under the residual-connection null", ANGLE),
+        "angle_mean": Number(float(actual.mean()), ".1f", "mean angle between consecutive states"),
+        "angle_null_mean": Number(float(null.mean()), ".1f", "the same under the residual-connection null"),
         "angle_below": Number(int(below.sum()), "d", "(window, transition) pairs below their null draw"),
         "angle_pairs": Number(int(actual.size), "d", "(window, transition) pairs"),
     }
@@ -299,17 +302,17 @@ def corpus_states(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, windo
     columns = ("after", *(f"{name}{end}" for name in ("position", "token", "rest") for end in ("", " low", " high")))
     shares_table = Table(columns, tuple(rows_table), formats=dict.fromkeys(columns[1:], ".1%"),
                          accuracy=dict.fromkeys(columns[1:], FLOAT32))
-    columns = (*columns, "text − shuffled (position)", "difference low", "difference high", "cos to position alone")
+    columns = ("after", "position", "token", "rest", "text − shuffled (position)", "difference low",
+               "difference high", "cos to position alone")
     shuffled_table = Table(columns, tuple(rows_shuffled), formats=dict.fromkeys(columns[1:-1], ".1%")
                            | {"cos to position alone": ".2f"}, accuracy=dict.fromkeys(columns[1:], FLOAT32))
     angle_table = Table(("transition", "angle (°)", "min", "max", "null (°)", "null min", "null max", "below null"),
                         tuple(angle_rows), formats=dict.fromkeys(("angle (°)", "min", "max", "null (°)", "null min",
-                                                                  "null max"), ".1f"),
-                        accuracy=dict.fromkeys(("angle (°)", "min", "max", "null (°)", "null min", "null max"), ANGLE))
+                                                                  "null max"), ".1f"))
     return Result(numbers, {"shares": shares_table, "shuffled": shuffled_table, "angles": angle_table}, arrays,
                   array_accuracy={"text_pos": FLOAT32, "text_tok": FLOAT32, "text_rest": FLOAT32,
                                   "shuffled_pos": FLOAT32, "shuffled_tok": FLOAT32, "shuffled_rest": FLOAT32,
-                                  "ranks": RANK, "angle": ANGLE, "angle_null": ANGLE})
+                                  "ranks": RANK})
 
 
 # ---------------------------------------------------------------------------
@@ -449,7 +452,7 @@ def corpus_ablation(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, win
         "head_ratio_median": Number(float(np.median(ratio)), ".1f", "median over heads of the change over the "
                                                                      "controls' mean", FLOAT32),
         "head_ratio_max_head": Text(f"{best[0]}.{best[1]}", "that head, layer.head"),
-        "head_tv_top": Number(float(top[:, best[0], best[1]].mean()), ".3f", "that head's change, top-k removed",
+        "head_tv_top": Number(float(top[:, best[0], best[1]].mean()), ".2f", "that head's change, top-k removed",
                               FLOAT32),
         "head_tv_random_min": Number(float(head_controls.min()), ".3f", "its change under the mildest control", FLOAT32),
         "head_tv_random_max": Number(float(head_controls.max()), ".3f", "under the strongest control", FLOAT32),
@@ -465,7 +468,7 @@ def corpus_ablation(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, win
                         float(controls[:, :, layer].mean(axis=(0, 2)).min()),
                         float(controls[:, :, layer].mean(axis=(0, 2)).max())) for layer in range(L))
     columns = ("layer", "change, top-k removed", "controls' mean", "controls' min", "controls' max")
-    table = Table(columns, layer_rows, formats=dict.fromkeys(columns[1:], ".3f"),
+    table = Table(columns, layer_rows, formats=dict.fromkeys(columns[1:], ".2f"),
                   accuracy=dict.fromkeys(columns[1:], FLOAT32))
     arrays = {"ratio": ratio, "tv_top_layer": top.mean(axis=(0, 2)), "tv_controls_layer": controls.mean(axis=(0, 3))}
     ratio_accuracy = Accuracy(rel=5e-2, basis="a ratio to the controls' change, which for some heads is ~1e-3 and "
