@@ -162,6 +162,16 @@ def hidden_states(tensors, shape: ModelShape, ids: np.ndarray, rows: slice, batc
     return np.concatenate(parts, axis=1)
 
 
+def signal_ranks(H: np.ndarray) -> np.ndarray:
+    """The signal rank (`toolkit.signal`) of every window of every state, H [states, W, N, D] → [states, W]."""
+    ranks = np.zeros(H.shape[:2], dtype=int)
+    for (s, w), _ in np.ndenumerate(ranks):
+        X = H[s, w].astype(np.float64)
+        values = np.linalg.svd(X - X.mean(axis=0), compute_uv=False)[:min(X.shape[0] - 1, X.shape[1])]
+        ranks[s, w] = int(np.sum(noise_edge(values, X.shape[0] - 1, X.shape[1]).keeps(values)))
+    return ranks
+
+
 def corpus_states(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, windows_by_family: dict, n_boot: int,
                   n_angle_windows: int, batch: int, seed: int) -> Result:
     """The variance decomposition, the position-only comparison, signal ranks per window and consecutive-state angles
@@ -172,13 +182,19 @@ def corpus_states(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, windo
     rows = content_slice(shape, n)
     rng = np.random.default_rng(seed)
     shuffled = shuffled_windows(ids, rows, rng)
-    text = hidden_states(tensors, shape, ids, rows, batch)
-    mixed = hidden_states(tensors, shape, shuffled, rows, batch)
     alone = forward(tensors, shape, ids[:1], tokens=np.zeros((n, shape.d_model)), dtype=np.float32).hidden[:, 0, rows]
-    states = text.shape[0]
+    text = hidden_states(tensors, shape, ids, rows, batch)
+    states, N = text.shape[0], text.shape[2]
+    t_all = [variance_shares(text[s], ids[:, rows]) for s in range(states)]
+    cos_all = [centred_cosines(text[s].astype(np.float64).mean(axis=0), alone[s].astype(np.float64))
+               for s in range(states)]
+    ranks = signal_ranks(text)
+    del text  # one set of states in memory at a time
+    mixed = hidden_states(tensors, shape, shuffled, rows, batch)
+    m_all = [variance_shares(mixed[s], shuffled[:, rows]) for s in range(states)]
+    del mixed
     labels = ["embeddings", *(f"layer {layer}" for layer in range(shape.n_layers))]
     tags = ["emb", *(f"l{layer}" for layer in range(shape.n_layers))]
-    N = text.shape[2]
     numbers = {
         "package": Text(f"{PACKAGE} {VERSION}", "the corpus package and version"),
         "file": Text(f"{MODULE}/{FILE}", "the corpus file inside the package"),
@@ -207,13 +223,11 @@ def corpus_states(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, windo
     rows_table, rows_shuffled, arrays = [], [], {"labels": np.array(labels)}
     intervals = {}
     for s in range(states):
-        t_terms = variance_shares(text[s], ids[:, rows])
-        m_terms = variance_shares(mixed[s], shuffled[:, rows])
+        t_terms, m_terms, cos = t_all[s], m_all[s], cos_all[s]
         boot_rng = np.random.default_rng([seed, s])
         t_boot, m_boot = bootstrap_shares(t_terms, n_boot, boot_rng), bootstrap_shares(m_terms, n_boot,
                                                                                       np.random.default_rng([seed, s]))
         diff = t_boot["pos"] - m_boot["pos"]  # the same resamples: paired over windows
-        cos = centred_cosines(text[s].astype(np.float64).mean(axis=0), alone[s].astype(np.float64))
         row = {"text": [labels[s]], "shuffled": [labels[s]]}
         for what, terms, boot in (("text", t_terms, t_boot), ("shuffled", m_terms, m_boot)):
             for key in ("pos", "tok", "rest"):
@@ -258,14 +272,8 @@ def corpus_states(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, windo
         numbers[f"pos_diff_{last}"], numbers[f"pos_diff_{last}_low"], numbers[f"pos_diff_{last}_high"])
     numbers["alone_cos_last"] = numbers[f"alone_cos_{last}"]
 
-    # signal ranks per window; the angles against the residual-connection null on a seeded subset of windows, whose
-    # states are recomputed in float64 (a subspace turns by the states' rounding over its spectral gap)
-    ranks = np.zeros((states, W), dtype=int)
-    for s in range(states):
-        for w in range(W):
-            X = text[s, w].astype(np.float64)
-            values = np.linalg.svd(X - X.mean(axis=0), compute_uv=False)[:min(X.shape[0] - 1, X.shape[1])]
-            ranks[s, w] = int(np.sum(noise_edge(values, X.shape[0] - 1, X.shape[1]).keeps(values)))
+    # the angles against the residual-connection null on a seeded subset of windows, whose states are recomputed
+    # in float64 (a subspace turns by the states' rounding over its spectral gap)
     order = np.sort(np.random.default_rng([seed, 1]).choice(W, size=n_angle_windows, replace=False))
     exact = forward(tensors, shape, ids[order]).hidden[:, :, rows]  # float64 [states, windows, N', D]
     bases = [[signal_subspace(X).basis for X in state] for state in exact]

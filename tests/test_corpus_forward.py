@@ -188,3 +188,10 @@ def test_the_ablation_removes_the_subspace_and_the_control_moves_the_same_amount
     T = np.linalg.qr(rng.standard_normal((8, 3)))[0]
     assert np.allclose(cf.ablated(P, B, B) @ B, 0)
     assert np.allclose(np.linalg.norm(cf.ablated(P, B, T) - P, axis=1), np.linalg.norm(P @ B, axis=1))
+
+
+def test_signal_ranks_recover_a_planted_rank_in_every_window():
+    rng = np.random.default_rng(5)
+    H = np.stack([[rng.standard_normal((120, r)) @ rng.standard_normal((r, 40)) * 8 + rng.standard_normal((120, 40))
+                   for _ in range(4)] for r in (2, 5)])
+    assert cf.signal_ranks(H.astype(np.float32)).tolist() == [[2] * 4, [5] * 4]
