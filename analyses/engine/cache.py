@@ -282,7 +282,7 @@ class Cache:
         if manifest is None:
             return "not computed yet (no readable manifest)"
         old = manifest["input"]
-        changed = [k for k in ("code", "params", "figures", "format") if old.get(k) != inputs.get(k)]
+        changed = [k for k in ("data", "code", "params", "figures", "format") if old.get(k) != inputs.get(k)]
         if check_weights and old.get("weights") != inputs.get("weights"):
             changed.insert(0, "weights")
         libraries = changed_libraries(old.get("libraries"), inputs.get("libraries", {}))

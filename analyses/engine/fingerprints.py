@@ -57,11 +57,13 @@ def library_versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
 
 
 def input_fingerprint(weights: dict[str, str] | None, code: str, params: dict, libraries: dict[str, str],
-                      figures: tuple[str, ...] = ()) -> dict:
-    """Everything a result depends on, and its sha256 `key`: weights, code, parameters, libraries, and which
-    figures are drawn (those the book shows)."""
+                      figures: tuple[str, ...] = (), data: dict[str, str] | None = None) -> dict:
+    """Everything a result depends on, and its sha256 `key`: weights, code, parameters, libraries, which
+    figures are drawn (those the book shows), and the data files beyond the weights that it reads (if any)."""
     inputs = {"weights": weights, "code": code, "params": json.loads(json.dumps(params, sort_keys=True)),
               "libraries": libraries, "figures": sorted(figures), "format": FORMAT_VERSION}
+    if data:
+        inputs["data"] = dict(sorted(data.items()))
     inputs["key"] = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
     return inputs
 

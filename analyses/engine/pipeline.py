@@ -59,8 +59,12 @@ class Job:
 
     def inputs(self) -> dict:
         weights = self.source.fingerprint_for(self.needs) if self.source else None
+        try:
+            data = dict(self.analysis.data()) if self.analysis.data else None
+        except ValueError as exc:  # a missing or altered data file: an input error, like unusable weights
+            raise WeightsError(f"{self.label}: {exc}") from None
         return input_fingerprint(weights, self.analysis.code_hash(), dict(self.analysis.params),
-                                 library_versions(self.analysis.libraries), self.figures)
+                                 library_versions(self.analysis.libraries), self.figures, data)
 
 
 def select(names: Iterable[str] = ()) -> list[Analysis]:

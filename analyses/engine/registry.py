@@ -55,6 +55,9 @@ class Analysis:
     installed distributions beyond the base set (see `engine.fingerprints`) whose versions
     can change its output, e.g. torch for an analysis that runs a model. `groups` names the sets it belongs
     to that a front end runs together (e.g. "first report", which the benchmark times); they shape no output.
+    `data`, for an analysis that reads data files beyond the weights (a text corpus), returns {name: sha256}
+    of those files and raises ValueError, in one line, when one is missing or not the expected file; the
+    digests join its fingerprint.
     """
 
     name: str
@@ -68,6 +71,7 @@ class Analysis:
     libraries: tuple[str, ...] = ()
     family_needs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     groups: tuple[str, ...] = ()
+    data: Callable[[], Mapping[str, str]] | None = None
 
     def needs_for(self, family: str) -> tuple[str, ...]:
         """What this analysis reads from a model of the given family ("gpt2" or "bert")."""

