@@ -87,7 +87,9 @@ class Cited:
 def accuracy_text(accuracy: dict | None) -> str:
     """A declared accuracy in words: "exact", "±1e-09 relative", "±0.001", or both bounds."""
     if not accuracy:
-        return "not a computed number"
+        return "none: text, printed as computed"
+    if str(accuracy.get("basis", "")).startswith("a bound"):
+        return "a bound, not a measurement: the value stays below it"
     rel, abs_ = accuracy.get("rel") or 0, accuracy.get("abs") or 0
     parts = [f"±{rel:.3g} relative"] * bool(rel) + [f"±{abs_:.3g}"] * bool(abs_)
     return " or ".join(parts) if parts else "exact"
@@ -192,6 +194,10 @@ def resolve(cited: dict[str, Cited], key: str) -> Cited:
     return cited[key]
 
 
+def _numeric(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _value(value) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
@@ -283,8 +289,8 @@ def _pages_placeholder(cites: Counter) -> str:
 
 
 def _entry_section(entry: Entry, keys: list[Cited], cites: Citations) -> list[str]:
-    out = [f"## {entry.scope} · {entry.name} {{#{entry.anchor} .unnumbered}}", "", f"*{entry.title}.*", ""]
-    html = ["::: {.content-visible when-format=\"html\"}", "",
+    out = [f"## {entry.scope} · {entry.name} {{#{entry.anchor} .unnumbered}}", ""]
+    html = ["::: {.content-visible when-format=\"html\"}", "", f"*{entry.title}.*", "",
             f"- **Code**: {_code_span(entry.function)}, in {_code_span(entry.where)} (a path in the repository)"]
     if entry.code:
         html.append(f"- **Code hash** (every module on its path): {_code_span(entry.code)}")
@@ -300,18 +306,18 @@ def _entry_section(entry: Entry, keys: list[Cited], cites: Citations) -> list[st
                 + "; every output matches the sha256 its manifest records")
     if cites.figures.get(entry.label):
         html.append("- **Figures**: " + ", ".join(_code_span(f) for f in cites.figures[entry.label]))
-    example = keys[0].key if keys else None
-    html.append("- **Recompute**: " + "; ".join(_code_span(c) for c in entry.commands(example)))
-    html.append("")
+    example = next((c.key for c in keys if _numeric(c.value)), keys[0].key if keys else None)
+    html += ["- **Recompute** and compare with the cache at the declared accuracy:", "",
+             "  ```bash", *(f"  {c}" for c in entry.commands(example)), "  ```", ""]
     if keys:
         html += ["| key | printed | unrounded value | declared accuracy | cited in |", "|:--|:--|:--|:--|:--|"]
-        html += [f"| {_code_span(c.key.split('.', 2)[2])} | {_cell(c.text)} | {_code_span(_value(c.value))} | "
-                 f"{c.accuracy_text} | {', '.join(_chapter_link(s) for s in sorted(cites.keys[c.key]))} |"
-                 for c in keys]
+        html += [f"| {_code_span(c.key.split('.', 2)[2])} | {_cell(c.text)} | "
+                 f"{_code_span(_value(c.value)) if _numeric(c.value) else '—'} | {c.accuracy_text} | "
+                 f"{', '.join(_chapter_link(s) for s in sorted(cites.keys[c.key]))} |" for c in keys]
         html.append("")
     out += [*html, ":::", ""]
     pdf = ["::: {.content-visible when-format=\"pdf\"}", "",
-           f"Computed by {_code_span(entry.function)} ({_code_span(entry.where)}).", ""]
+           f"{entry.title}: {_code_span(entry.function)} ({_code_span(entry.where)}).", ""]
     if keys:
         pdf += ["| key | printed | pages |", "|:--|:--|:--|"]
         pdf += [f"| {_code_span(c.key.split('.', 2)[2])} | {_cell(c.text)} | "
@@ -336,6 +342,11 @@ the page of that formula.
 """
 
 
+PRINT_SIZE = ("```{=latex}\n\\begingroup\\let\\small\\footnotesize % the appendix's tables in \\footnotesize\n```\n",
+              "```{=latex}\n\\endgroup\n```\n")
+"""In print, the appendix's tables (which _quarto.yml sets in \\small) are set one size smaller."""
+
+
 @dataclass(frozen=True)
 class Provenance:
     """The verified entries, the keys they hold, and what the book cites, read once."""
@@ -357,13 +368,13 @@ class Provenance:
         """The provenance appendix: one section per entry the book cites (numbers or figures)."""
         wanted = {self.cited[k].entry.label for k in self.cites.keys if k in self.cited} | (
             set(self.cites.figures) & set(self.entries))
-        parts = [HEADER]
+        parts = [HEADER, PRINT_SIZE[0]]
         for label, entry in sorted(self.entries.items(), key=lambda item: (item[1].scope, item[1].name != "model",
                                                                            item[0])):
             if label in wanted:
                 keys = [c for k, c in sorted(self.cited.items()) if c.entry is entry and k in self.cites.keys]
                 parts.append("\n".join(_entry_section(entry, keys, self.cites)))
-        return "\n".join(parts).rstrip() + "\n"
+        return "\n".join([*parts, PRINT_SIZE[1]]).rstrip() + "\n"
 
     def data(self) -> str:
         """What the Lua filter needs: each cited key's entry anchor and tooltip, and each figure entry's."""
