@@ -17,9 +17,10 @@ usable. The cache lives in the repository that contains the working directory (o
 which must be the repository).
 
 Exit codes: 0 done, or everything fresh (verify: reproduced); 1 (status) something is stale,
-orphaned, left over or cited wrongly (verify, explain --recompute: a value outside its declared
-accuracy, or a printed string changed; provenance --check: the page differs from the cache's); 2 a usage or input error (unknown model or analysis, unusable weights, a computed
-result that would become skipped, no repository, an unknown key); 3 (status, verify) fresh as far as it could be checked,
+orphaned, left over or cited wrongly (explain: the key's entry is stale; verify, explain --recompute:
+a value outside its declared accuracy, or a printed string changed; provenance --check: the page
+differs from the cache's); 2 a usage or input error (unknown model, analysis or key, unusable weights,
+a computed result that would become skipped, no repository); 3 (status, verify) fresh as far as it could be checked,
 but some model's weights were unavailable (the hub, not named), so their fingerprints were not
 checked; 4 an operating-system error (disk full, read-only files, permissions); 130 interrupted
 (SIGINT); 143 terminated (SIGTERM, handled like SIGINT). Every error is one line on stderr; a
@@ -266,11 +267,14 @@ def _explain(args) -> int:
     if job is None or job.unavailable:
         _say(f"  fresh       not checked: {'; '.join(warnings) or 'the weights are unavailable'}")
         return EXIT_UNVERIFIED
-    if entry.name != "model":
+    if entry.name == "model":
+        changed = [f for f, digest in entry.inputs.items() if job.source.fingerprint.get(f) != digest]
+        reason = f"changed since it was cached: {', '.join(changed)}" if changed else None
+    else:
         reason = _cache(args).staleness(job.scope, entry.name, job.inputs())
-        _say(f"  fresh       {'yes: its inputs, code and libraries are those recorded' if reason is None else 'STALE: ' + reason}")
+    _say(f"  fresh       {'yes: its inputs, code and libraries are those recorded' if reason is None else 'STALE: ' + reason}")
     if not args.recompute:
-        return 0
+        return 0 if reason is None else EXIT_STALE
     verdict, code = provenance.recompute(cited, job, _cache(args))
     _say(f"verdict: {verdict}")
     return code
