@@ -289,32 +289,34 @@ def _pages_placeholder(cites: Counter) -> str:
 
 
 def _entry_section(entry: Entry, keys: list[Cited], cites: Citations) -> list[str]:
+    """On the web, what computed the entry from what, at a glance, with the recompute commands; the code hash,
+    libraries, status and cited numbers folded below. In print, the function and the pages of each number."""
     out = [f"## {entry.scope} · {entry.name} {{#{entry.anchor} .unnumbered}}", ""]
-    html = ["::: {.content-visible when-format=\"html\"}", "", f"*{entry.title}.*", "",
-            f"- **Code**: {_code_span(entry.function)}, in {_code_span(entry.where)} (a path in the repository)"]
+    inputs = " and ".join(f"{_code_span(f)} (sha256 {_code_span(d)})" for f, d in sorted(entry.inputs.items()))
+    params = ", ".join(_code_span(f"{k}={json.dumps(v, sort_keys=True)}") for k, v in sorted(entry.params.items()))
+    html = ["::: {.content-visible when-format=\"html\"}", "",
+            f"*{entry.title}.* Computed by {_code_span(entry.function)}, defined in {_code_span(entry.where)}, "
+            + (f"from {inputs}" if inputs else "from no weights") + (f", with {params}." if params else "."), ""]
+    example = next((c.key for c in keys if _numeric(c.value)), keys[0].key if keys else None)
+    html += ["```bash", *entry.commands(example), "```", "",
+             f"<details><summary>Code hash, libraries, status{' and the ' + str(len(keys)) + ' cited numbers' if keys else ''}"
+             "</summary>", ""]
     if entry.code:
         html.append(f"- **Code hash** (every module on its path): {_code_span(entry.code)}")
-    if entry.params:
-        html.append("- **Parameters**: " + ", ".join(_code_span(f"{k}={json.dumps(v, sort_keys=True)}")
-                                                    for k, v in sorted(entry.params.items())))
-    html += [f"- **Input** {_code_span(file)}: sha256 {_code_span(digest)}" for file, digest in sorted(entry.inputs.items())]
-    if not entry.inputs:
-        html.append("- **Inputs**: no weights (computed from its parameters alone)")
     if entry.libraries:
         html.append("- **Libraries**: " + ", ".join(f"{k} {v}" for k, v in sorted(entry.libraries.items())))
     html.append(f"- **Status**: {entry.status}" + (f" ({entry.reason})" if entry.reason else "")
                 + "; every output matches the sha256 its manifest records")
     if cites.figures.get(entry.label):
         html.append("- **Figures**: " + ", ".join(_code_span(f) for f in cites.figures[entry.label]))
-    example = next((c.key for c in keys if _numeric(c.value)), keys[0].key if keys else None)
-    html += ["- **Recompute** and compare with the cache at the declared accuracy:", "",
-             "  ```bash", *(f"  {c}" for c in entry.commands(example)), "  ```", ""]
+    html.append("")
     if keys:
         html += ["| key | printed | unrounded value | declared accuracy | cited in |", "|:--|:--|:--|:--|:--|"]
         html += [f"| {_code_span(c.key.split('.', 2)[2])} | {_cell(c.text)} | "
                  f"{_code_span(_value(c.value)) if _numeric(c.value) else '—'} | {c.accuracy_text} | "
                  f"{', '.join(_chapter_link(s) for s in sorted(cites.keys[c.key]))} |" for c in keys]
         html.append("")
+    html += ["</details>", ""]
     out += [*html, ":::", ""]
     pdf = ["::: {.content-visible when-format=\"pdf\"}", "",
            f"{entry.title}: {_code_span(entry.function)} ({_code_span(entry.where)}).", ""]
