@@ -611,13 +611,27 @@ def test_pdf_prints_cited_numbers_where_cited(pdf_chapters, name, key, value):
     assert " ".join(value.split()) in pdf_chapters[name], f"{key} = {value!r} not in the PDF text of {name}"
 
 
+@pytest.fixture(scope="session")
+def pdf_layout_lines(pdf) -> list[tuple[int, str]]:
+    """(page number, line) of the PDF's text laid out as printed, so that a table row stays one line."""
+    out = subprocess.run([poppler("pdftotext"), "-layout", "-enc", "UTF-8", str(pdf), "-"], capture_output=True,
+                         text=True, check=True).stdout
+    return [(number, line) for number, page in enumerate(out.split("\f"), 1) for line in page.splitlines()]
+
+
 @pytest.mark.parametrize("name, key, value", spot_checks(), ids=lambda v: str(v))
-def test_pdf_provenance_lists_the_pages_that_print_each_number(pdf_pages, pdf_chapters, name, key, value):
+def test_pdf_provenance_lists_the_pages_that_print_each_number(pdf_pages, pdf_chapters, pdf_layout_lines, name,
+                                                                key, value):
     """The appendix row of a cited number (key, printed value, pages) names pages that print the value."""
-    appendix = pdf_chapters[PROVENANCE]
-    assert "??" not in appendix, "an unresolved page reference in the provenance appendix"
-    row = re.search(rf"\b{re.escape(key.split('.', 2)[2])} {re.escape(' '.join(value.split()))} ((?:\d+, )*\d+)\b",
-                    appendix)
-    assert row, f"no row '{key.split('.', 2)[2]} {value} <pages>' in the provenance appendix"
-    pages = [int(p) for p in row.group(1).split(", ")]
+    assert "??" not in pdf_chapters[PROVENANCE], "an unresolved page reference in the provenance appendix"
+    start = next(i for i, text in enumerate(pdf_pages) if text.startswith(
+        next(c for c in chapters() if c.name == PROVENANCE).heading()) and ". . . . ." not in text) + 1
+    scope, analysis, field = key.split(".", 2)
+    row = re.compile(rf"^\s*{re.escape(field)}\s+{re.escape(value)}\s+((?:\d+, )*\d+)\s*$")
+    lines = [line for number, line in pdf_layout_lines if number >= start]
+    heading = next((i for i, line in enumerate(lines) if line.strip() == f"{scope} · {analysis}"), None)
+    assert heading is not None, f"no section '{scope} · {analysis}' in the provenance appendix"
+    rows = [m for line in lines[heading:] if (m := row.match(line))]
+    assert rows, f"no row '{field} {value} <pages>' under '{scope} · {analysis}' in the provenance appendix"
+    pages = [int(p) for p in rows[0].group(1).split(", ")]
     assert all(value in pdf_pages[p - 1] for p in pages), f"{key}: pages {pages}, not all print {value!r}"

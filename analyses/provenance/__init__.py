@@ -319,7 +319,7 @@ def _entry_section(entry: Entry, keys: list[Cited], cites: Citations) -> list[st
     html += ["</details>", ""]
     out += [*html, ":::", ""]
     pdf = ["::: {.content-visible when-format=\"pdf\"}", "",
-           f"{entry.title}: {_code_span(entry.function)} ({_code_span(entry.where)}).", ""]
+           f"{entry.title}: {_code_span(entry.function.rsplit('.', 1)[1])} in {_code_span(entry.where)}.", ""]
     if keys:
         pdf += ["| key | printed | pages |", "|:--|:--|:--|"]
         pdf += [f"| {_code_span(c.key.split('.', 2)[2])} | {_cell(c.text)} | "
