@@ -77,7 +77,6 @@ class Cited:
     value: object
     description: str = ""
     accuracy: dict | None = None
-    format: str | None = None
 
     @property
     def accuracy_text(self) -> str:
@@ -128,7 +127,7 @@ def records(root: Path) -> tuple[dict[str, Entry], dict[str, Cited]]:
         for key, number in (json.loads(numbers.read_text()) if numbers.is_file() else {}).items():
             full = f"{scope}.{name}.{key}"
             cited[full] = Cited(full, entry, number["text"], number["value"], number.get("description", ""),
-                                number.get("accuracy"), number.get("format"))
+                                number.get("accuracy"))
         if manifest.get("shape"):
             shapes.setdefault(scope, []).append((manifest["shape"], entry.inputs))
     for scope, found in shapes.items():
