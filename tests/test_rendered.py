@@ -8,10 +8,13 @@ once, into the normal `_book/`. Then:
   the visible text, no script, stylesheet or font from outside `_book/`, every local target there;
   every figure and table numbered in order, chapter by chapter, and titled in the sidebar;
 - every page in headless Chromium, served from `_book/` over local HTTP with every other request
-  blocked: no console error, math typeset (MathML), the interactive helix drawn by plotly; a
-  full-page screenshot of each page goes to `_book/screenshots/<page>.png` for a person to look at;
+  blocked: no console error, math typeset (MathML), the interactive helix drawn by plotly, every
+  cited number a link to its analysis's entry on the provenance page (key, unrounded value and
+  accuracy in its tooltip), every cached figure's caption linked to its entry; a full-page
+  screenshot of each page goes to `_book/screenshots/<page>.png` for a person to look at;
 - the PDF: a sane page count, every figure and table captioned in its chapter, all fonts
-  embedded, and the cited numbers printed in the chapters that cite them.
+  embedded, the cited numbers printed in the chapters that cite them, and the provenance
+  appendix listing for them the pages that print them.
 
 Skipped, saying why, without Quarto on PATH (the browser tests without Chromium or Playwright);
 the pre-render step checks the cache against GPT-2's weights, so without GPT2_WEIGHTS the render
@@ -307,6 +310,9 @@ class Visit:
     math: int = 0                                           # <math> elements
     math_drawn: int = 0                                     # ... laid out with a non-empty box
     plots: dict[str, int] = field(default_factory=dict)    # plotly div id -> drawn svg/canvas children
+    cited: list[tuple[str, str, str]] = field(default_factory=list)  # (data-key, title, href) of each a.cited
+    captions: dict[str, list[str]] = field(default_factory=dict)  # float id -> hrefs of its caption's provenance links
+    ids: set[str] = field(default_factory=set)             # the ids of the page's elements
     seconds: float = 0.0
 
 
@@ -366,6 +372,14 @@ def browser_visits(book, tmp_path_factory) -> dict[str, Visit]:
                 visit.plots = tab.evaluate(
                     "() => Object.fromEntries([...document.querySelectorAll('.plotly-graph-div')]"
                     ".map(d => [d.id, d.querySelectorAll('svg.main-svg, canvas').length]))")
+                visit.cited = [tuple(c) for c in tab.evaluate(
+                    "() => [...document.querySelectorAll('a.cited')].map(a => [a.dataset.key, a.title,"
+                    " a.getAttribute('href')])")]
+                visit.captions = tab.evaluate(
+                    "() => Object.fromEntries([...document.querySelectorAll('figcaption.quarto-float-caption')]"
+                    ".map(c => [c.id.replace(/-caption-.*$/, ''), [...c.querySelectorAll('.provenance-link a')]"
+                    ".map(a => a.getAttribute('href'))]))")
+                visit.ids = set(tab.evaluate("() => [...document.querySelectorAll('[id]')].map(e => e.id)"))
                 tab.screenshot(path=str(SCREENSHOTS / f"{current}.png"), full_page=True)
                 tab.close()
                 visit.seconds = time.monotonic() - start
@@ -410,6 +424,43 @@ def test_interactive_helix_is_drawn_by_plotly(browser_visits):
     plots = browser_visits["low-rank-helix"].plots
     assert "helix-3d-gpt2" in plots, f"no plotly figure 'helix-3d-gpt2' on the page (found {list(plots)})"
     assert plots["helix-3d-gpt2"] > 0, "the helix's plot element has no SVG or canvas: plotly did not draw it"
+
+
+PROVENANCE = "provenance"
+"""The generated appendix (analyses/provenance) that every cited number and cached figure links to."""
+
+
+def _provenance_target(href: str, visits: dict[str, Visit]) -> bool:
+    path, _, anchor = href.partition("#")
+    return path.endswith(f"{PROVENANCE}.html") and anchor.startswith("prov-") and anchor in visits[PROVENANCE].ids
+
+
+@pytest.mark.parametrize("name", [n for n in CHAPTER_IDS if n != PROVENANCE])
+def test_every_cited_number_links_to_its_provenance(browser_visits, name):
+    """Every key the chapter cites in its text, tables and formulas is a link on the page: its tooltip starts
+    with the key, gives the declared accuracy, and its target is the analysis's entry on the provenance page."""
+    chapter = next(c for c in chapters() if c.name == name)
+    source = re.sub(r'fig-alt="[^"]*"', "", expand(REPO / chapter.source))  # alt text holds no links
+    expected = set(VAR.findall(source))
+    links = browser_visits[name].cited
+    found = {key for keys, _, _ in links for key in keys.split()}
+    assert expected <= found, f"cited without a link: {sorted(expected - found)[:10]}"
+    for keys, title, href in links:
+        assert title.startswith(keys.split()[0] + " = ") and "declared accuracy" in title, f"{keys}: tooltip {title!r}"
+        assert _provenance_target(href, browser_visits), f"{keys} links to {href}, no entry of the provenance page"
+
+
+@pytest.mark.parametrize("name", [n for n in CHAPTER_IDS if n != PROVENANCE])
+def test_every_cached_figure_caption_links_to_its_provenance(browser_visits, name):
+    chapter = next(c for c in chapters() if c.name == name)
+    text = expand(REPO / chapter.source)
+    cached = [label for label in float_labels(text, "fig")
+              if re.search(rf"_cache/[^)]*\)\{{#{label}\b|#{label}\b[^\n]*\n(?:(?!\n:::).)*_cache/", text, re.S)]
+    captions = browser_visits[name].captions
+    missing = [label for label in cached if not captions.get(label)]
+    assert not missing, f"figures whose caption has no provenance link: {missing}"
+    wrong = [href for label in cached for href in captions[label] if not _provenance_target(href, browser_visits)]
+    assert not wrong, f"caption links to no entry of the provenance page: {wrong}"
 
 
 def test_every_page_has_a_screenshot(browser_visits):
@@ -558,3 +609,29 @@ def spot_checks(per_chapter: int = 2) -> list[tuple[str, str, str]]:
 @pytest.mark.parametrize("name, key, value", spot_checks(), ids=lambda v: str(v))
 def test_pdf_prints_cited_numbers_where_cited(pdf_chapters, name, key, value):
     assert " ".join(value.split()) in pdf_chapters[name], f"{key} = {value!r} not in the PDF text of {name}"
+
+
+@pytest.fixture(scope="session")
+def pdf_layout_lines(pdf) -> list[tuple[int, str]]:
+    """(page number, line) of the PDF's text laid out as printed, so that a table row stays one line."""
+    out = subprocess.run([poppler("pdftotext"), "-layout", "-enc", "UTF-8", str(pdf), "-"], capture_output=True,
+                         text=True, check=True).stdout
+    return [(number, line) for number, page in enumerate(out.split("\f"), 1) for line in page.splitlines()]
+
+
+@pytest.mark.parametrize("name, key, value", spot_checks(), ids=lambda v: str(v))
+def test_pdf_provenance_lists_the_pages_that_print_each_number(pdf_pages, pdf_chapters, pdf_layout_lines, name,
+                                                                key, value):
+    """The appendix row of a cited number (key, printed value, pages) names pages that print the value."""
+    assert "??" not in pdf_chapters[PROVENANCE], "an unresolved page reference in the provenance appendix"
+    start = next(i for i, text in enumerate(pdf_pages) if text.startswith(
+        next(c for c in chapters() if c.name == PROVENANCE).heading()) and ". . . . ." not in text) + 1
+    scope, analysis, field = key.split(".", 2)
+    row = re.compile(rf"^\s*{re.escape(field)}\s+{re.escape(value)}\s+((?:\d+, )*\d+)\s*$")
+    lines = [line for number, line in pdf_layout_lines if number >= start]
+    heading = next((i for i, line in enumerate(lines) if line.strip() == f"{scope} · {analysis}"), None)
+    assert heading is not None, f"no section '{scope} · {analysis}' in the provenance appendix"
+    rows = [m for line in lines[heading:] if (m := row.match(line))]
+    assert rows, f"no row '{field} {value} <pages>' under '{scope} · {analysis}' in the provenance appendix"
+    pages = [int(p) for p in rows[0].group(1).split(", ")]
+    assert all(value in pdf_pages[p - 1] for p in pages), f"{key}: pages {pages}, not all print {value!r}"

@@ -1,4 +1,4 @@
-"""Command line: `python -m analyses {run,list,status,verify,bench}`.
+"""Command line: `python -m analyses {run,list,status,verify,bench,explain,provenance}`.
 
     run [NAMES…] [--model M]… [--weights DIR] [--force] [--prune] [--allow-skips]
                                                                     compute what is stale, rebuild the cited files
@@ -7,6 +7,9 @@
     verify [NAMES…] [--model M]… [--weights DIR]                    recompute in memory, compare at each
                                                                     value's declared accuracy
     bench [--baseline [SCRIPT]] [--repeats N]                       cold and warm runs, per analysis, vs a notebook
+    explain KEY [--recompute] [--weights DIR]                       where a cited number comes from: value, accuracy,
+                                                                    function and file:line, inputs, freshness
+    provenance [--check]                                            write (check) the book's provenance page
 
 Models default to the report's (gpt2 and all-MiniLM-L6-v2). GPT-2's weights come from
 --weights DIR, else $GPT2_WEIGHTS, else the Hugging Face hub; weights named by either must be
@@ -14,9 +17,10 @@ usable. The cache lives in the repository that contains the working directory (o
 which must be the repository).
 
 Exit codes: 0 done, or everything fresh (verify: reproduced); 1 (status) something is stale,
-orphaned, left over or cited wrongly (verify: a value outside its declared accuracy, or a printed
-string changed); 2 a usage or input error (unknown model or analysis, unusable weights, a computed
-result that would become skipped, no repository); 3 (status, verify) fresh as far as it could be checked,
+orphaned, left over or cited wrongly (explain: the key's entry is stale; verify, explain --recompute:
+a value outside its declared accuracy, or a printed string changed; provenance --check: the page
+differs from the cache's); 2 a usage or input error (unknown model, analysis or key, unusable weights,
+a computed result that would become skipped, no repository); 3 (status, verify) fresh as far as it could be checked,
 but some model's weights were unavailable (the hub, not named), so their fingerprints were not
 checked; 4 an operating-system error (disk full, read-only files, permissions); 130 interrupted
 (SIGINT); 143 terminated (SIGTERM, handled like SIGINT). Every error is one line on stderr; a
@@ -31,10 +35,11 @@ import signal
 import sys
 from pathlib import Path
 
-from analyses.engine.cache import Cache, RootError, checked_root, find_root
+from analyses.engine.cache import COMMON, Cache, RootError, checked_root, find_root
 from analyses.engine.checkpoint import WeightsError
 from analyses.engine.registry import UnknownAnalysisError
-from analyses.engine.sources import REPORT_MODELS, WEIGHTS_ENV, model_spec, open_source
+from analyses.engine.sources import MODELS, REPORT_MODELS, WEIGHTS_ENV, model_spec, open_source
+from analyses.provenance import UnknownKeyError
 
 EXIT_STALE, EXIT_USAGE, EXIT_UNVERIFIED, EXIT_OS, EXIT_INTERRUPTED, EXIT_TERMINATED = 1, 2, 3, 4, 130, 143
 
@@ -94,6 +99,15 @@ def _parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", parents=[common], help="recompute in memory (nothing is written) and compare "
                                                              "with the cache at each value's declared accuracy")
     verify.add_argument("--jobs", type=_positive, metavar="N", help="analyses computed side by side (default: one per core)")
+    explain = sub.add_parser("explain", help="where a cited number comes from (its analysis, code, inputs)")
+    explain.add_argument("key", help="a key of _variables.yml, as cited: {{< var KEY >}}, e.g. gpt2.helix.period")
+    explain.add_argument("--recompute", action="store_true",
+                         help="recompute its analysis in memory and compare with the cache at the declared accuracy")
+    explain.add_argument("--weights", type=Path, metavar="DIR", help=f"the model's weights (for gpt2 also ${WEIGHTS_ENV})")
+    explain.add_argument("--root", type=Path, metavar="DIR", help="the report repository (default: the working one)")
+    provenance = sub.add_parser("provenance", help="write the book's provenance page and its links' data from the cache")
+    provenance.add_argument("--check", action="store_true", help="write nothing; exit 1 if either file is out of date")
+    provenance.add_argument("--root", type=Path, metavar="DIR", help="the report repository (default: the working one)")
     bench = sub.add_parser("bench", help="time cold and warm runs, per analysis too, with peak memory")
     bench.add_argument("--baseline", nargs="?", type=Path, const=BASELINE, metavar="SCRIPT",
                        help=f"also time the notebook-style script against the same subset (default: {BASELINE})")
@@ -237,6 +251,54 @@ def _verify(args) -> int:
     return 0
 
 
+def _explain(args) -> int:
+    from analyses import provenance
+
+    root = _root(args)
+    book = provenance.Provenance.of(root)
+    cited = provenance.resolve(book.cited, args.key)
+    for line in provenance.describe(cited, book.cites.keys.get(args.key)):
+        _say(line)
+    entry = cited.entry
+    args.names = [] if entry.name == "model" else [entry.name]
+    args.model = [next(m.name for m in MODELS.values() if m.slug == entry.scope)] if entry.scope != COMMON else None
+    jobs, warnings = _jobs(args)
+    job = next((j for j in jobs if j.scope == entry.scope), None)
+    if job is None or job.unavailable:
+        _say(f"  fresh       not checked: {'; '.join(warnings) or 'the weights are unavailable'}")
+        return EXIT_UNVERIFIED
+    if entry.name == "model":
+        changed = [f for f, digest in entry.inputs.items() if job.source.fingerprint.get(f) != digest]
+        reason = f"changed since it was cached: {', '.join(changed)}" if changed else None
+    else:
+        reason = _cache(args).staleness(job.scope, entry.name, job.inputs())
+    _say(f"  fresh       {'yes: its inputs, code and libraries are those recorded' if reason is None else 'STALE: ' + reason}")
+    if not args.recompute:
+        return 0 if reason is None else EXIT_STALE
+    verdict, code = provenance.recompute(cited, job, _cache(args))
+    _say(f"verdict: {verdict}")
+    return code
+
+
+def _provenance(args) -> int:
+    from analyses import provenance
+
+    root = _root(args)
+    book = provenance.Provenance.of(root)
+    missing = book.unresolved()
+    if missing:
+        raise provenance.UnknownKeyError(f"the book cites what no verified cache entry holds: {', '.join(missing[:5])}"
+                                         + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
+    if args.check:
+        stale = provenance.outdated(root, book)
+        for path in stale:
+            _say(f"STALE: {path} differs from the cache (run `python -m analyses provenance`)")
+        return EXIT_STALE if stale else 0
+    for path in provenance.write(root, book):
+        _say(f"{path} rebuilt from the cache")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
@@ -252,11 +314,13 @@ def _main(argv: list[str] | None) -> int:
             return _bench(args)
         if args.command == "verify":
             return _verify(args)
+        if args.command in ("explain", "provenance"):
+            return _explain(args) if args.command == "explain" else _provenance(args)
         return _run(args) if args.command == "run" else _status(args)
     except (WeightsError, RootError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except UnknownAnalysisError as exc:
+    except (UnknownAnalysisError, UnknownKeyError) as exc:
         print(f"error: {exc.args[0]}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as exc:

@@ -3,7 +3,9 @@
 # before every `quarto render`:
 #   1. bring the analyses cache up to date (`python -m analyses run`: only stale analyses are
 #      computed, so a warm cache costs the hash check, about a second);
-#   2. copy plotly.js, from the same plotly package that drew the cached interactive figures,
+#   2. write the provenance appendix and its links' data from the cache (`python -m analyses
+#      provenance`: report/provenance.qmd and report/provenance.json, rewritten only when they differ);
+#   3. copy plotly.js, from the same plotly package that drew the cached interactive figures,
 #      to report/_assets/plotly.min.js (gitignored), which _quarto.yml lists as a resource, so
 #      the site serves it itself instead of fetching it from a CDN.
 # The Python is $ANALYSES_PYTHON, by default the project's .venv/bin/python. Any failure stops
@@ -20,6 +22,7 @@ fi
 
 echo "pre-render: $PY -m analyses run"
 "$PY" -m analyses run || { echo "pre-render: the analyses failed; not rendering." >&2; exit 1; }
+"$PY" -m analyses provenance || { echo "pre-render: the provenance page could not be written; not rendering." >&2; exit 1; }
 
 "$PY" - <<'PY'
 from pathlib import Path

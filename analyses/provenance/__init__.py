@@ -1,0 +1,406 @@
+"""Where every cited number comes from: from a `{{< var >}}` key to the analysis, code and inputs that made it.
+
+Built from the verified cache and the registry, never typed. `records` resolves every key of the cache;
+`write` generates the book's provenance appendix (`report/provenance.qmd`) and the data its Lua filter
+(`report/_scripts/provenance.lua`) reads to turn each cited number into a link (`report/provenance.json`);
+`describe` is what `python -m analyses explain KEY` prints. A package of its own, outside the engine: it
+shapes no cached byte, so it is in no analysis's code hash.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from analyses.engine.cache import Cache, atomic_write
+from analyses.engine.registry import all_analyses
+from analyses.engine.report import FIGURE, _text_with_includes
+from analyses.engine.sources import MODELS, shape_from_config
+
+PAGE = Path("report") / "provenance.qmd"
+DATA = Path("report") / "provenance.json"
+VAR = re.compile(r"\{\{<\s*var\s+([\w.-]+)\s*>\}\}")
+ENTRY_KEYS = ("status", "reason")
+"""Keys of `_variables.yml` that an entry's manifest, not its numbers.json, holds."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One cache entry (or a model's shape, name "model"): what computed it, from what."""
+
+    scope: str
+    name: str
+    title: str
+    function: str          # module.qualname
+    file: str              # relative to the repository
+    line: int
+    code: str              # the code hash the manifest records ("" for a model's shape)
+    params: dict
+    inputs: dict[str, str]  # file -> sha256
+    libraries: dict[str, str]
+    status: str
+    reason: str | None = None
+
+    @property
+    def anchor(self) -> str:
+        return f"prov-{self.scope}-{self.name}".replace("_", "-")
+
+    @property
+    def label(self) -> str:
+        return f"{self.scope}/{self.name}"
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    def commands(self, key: str | None = None) -> list[str]:
+        """The commands that recompute it: `explain --recompute` for a key, `verify` for the entry."""
+        model = next((m.name for m in MODELS.values() if m.slug == self.scope), None)
+        verify = "python -m analyses verify" + ("" if self.name == "model" else f" {self.name}") + (
+            f" --model {model}" if model else "")
+        return ([f"python -m analyses explain {key} --recompute"] if key else []) + [verify]
+
+
+@dataclass(frozen=True)
+class Cited:
+    """One key of `_variables.yml`: its printed text, unrounded value, declared accuracy and entry."""
+
+    key: str
+    entry: Entry
+    text: str
+    value: object
+    description: str = ""
+    accuracy: dict | None = None
+
+    @property
+    def accuracy_text(self) -> str:
+        return accuracy_text(self.accuracy)
+
+
+def accuracy_text(accuracy: dict | None) -> str:
+    """A declared accuracy in words: "exact", "±1e-09 relative", "±0.001", or both bounds."""
+    if not accuracy:
+        return "none: text, printed as computed"
+    if str(accuracy.get("basis", "")).startswith("a bound"):
+        return "a bound, not a measurement: the value stays below it"
+    rel, abs_ = accuracy.get("rel") or 0, accuracy.get("abs") or 0
+    parts = [f"±{rel:.3g} relative"] * bool(rel) + [f"±{abs_:.3g}"] * bool(abs_)
+    return " or ".join(parts) if parts else "exact"
+
+
+def _code(analysis) -> tuple[str, str, int]:
+    fn = analysis.compute
+    line = inspect.getsourcelines(fn)[1]
+    module = inspect.getmodule(fn)
+    return f"{fn.__module__}.{fn.__qualname__}", module.__name__.replace(".", "/") + ".py", line
+
+
+def records(root: Path) -> tuple[dict[str, Entry], dict[str, Cited]]:
+    """Every verified cache entry and every key `_variables.yml` holds, resolved to its entry."""
+    from analyses.engine.pipeline import cited_entries  # matplotlib with it: only when needed
+
+    cache, registry = Cache.at(root), all_analyses()
+    entries: dict[str, Entry] = {}
+    cited: dict[str, Cited] = {}
+    shapes: dict[str, list[tuple[dict, dict]]] = {}
+    for scope, name in cited_entries(cache):
+        if cache.unverifiable(scope, name):
+            continue
+        manifest, analysis = cache.manifest(scope, name), registry[name]
+        function, file, line = _code(analysis)
+        inputs = manifest["input"]
+        entry = Entry(scope, name, analysis.title, function, file, line, inputs["code"], inputs.get("params") or {},
+                      dict(inputs.get("weights") or {}), dict(inputs.get("libraries") or {}), manifest["status"],
+                      manifest.get("reason"))
+        entries[entry.label] = entry
+        for key in ENTRY_KEYS:
+            if key == "status" or manifest["status"] == "skipped":
+                cited[f"{scope}.{name}.{key}"] = Cited(f"{scope}.{name}.{key}", entry, str(manifest[key]),
+                                                       manifest[key], f"the entry's {key}")
+        numbers = cache.entry(scope, name) / "numbers.json"
+        for key, number in (json.loads(numbers.read_text()) if numbers.is_file() else {}).items():
+            full = f"{scope}.{name}.{key}"
+            cited[full] = Cited(full, entry, number["text"], number["value"], number.get("description", ""),
+                                number.get("accuracy"))
+        if manifest.get("shape"):
+            shapes.setdefault(scope, []).append((manifest["shape"], entry.inputs))
+    for scope, found in shapes.items():
+        shape, weights = found[0]
+        if any(other != shape for other, _ in found):
+            continue  # `_variables.yml` cites no shape for this scope either (engine.index)
+        line = inspect.getsourcelines(shape_from_config)[1]
+        entry = Entry(scope, "model", f"the shape of {shape.get('name', scope)}, read from its config.json",
+                      f"{shape_from_config.__module__}.{shape_from_config.__qualname__}",
+                      shape_from_config.__module__.replace(".", "/") + ".py", line, "", {},
+                      {k: v for k, v in weights.items() if k in ("config.json", "model.safetensors")}, {}, "ok")
+        entries[entry.label] = entry
+        for key, value in shape.items():
+            cited[f"{scope}.model.{key}"] = Cited(f"{scope}.model.{key}", entry, str(value), value,
+                                                  f"{key} in config.json", {"rel": 0.0, "abs": 0.0} if isinstance(
+                                                      value, int) else None)
+        digest = weights.get("model.safetensors", "")
+        cited[f"{scope}.model.sha256"] = Cited(f"{scope}.model.sha256", entry, digest[:12], digest,
+                                               "the first 12 hex digits of model.safetensors' sha256")
+    return entries, cited
+
+
+def book_sources(root: Path) -> list[Path]:
+    """The chapters and appendices `_quarto.yml` lists, relative to `root`, less the provenance page."""
+    book = (yaml.safe_load((root / "_quarto.yml").read_text()) or {}).get("book") or {}
+    listed = [*book.get("chapters", []), *book.get("appendices", [])]
+    return [Path(p) for p in listed if isinstance(p, str) and Path(p) != PAGE and (root / p).is_file()]
+
+
+@dataclass
+class Citations:
+    """What the book cites: each key's citations, and each entry's figures, by chapter (with includes)."""
+
+    keys: dict[str, Counter] = field(default_factory=dict)
+    figures: dict[str, list[str]] = field(default_factory=dict)
+
+
+def citations(root: Path) -> Citations:
+    found = Citations()
+    for source in book_sources(root):
+        text = _text_with_includes(root / source)
+        for key in VAR.findall(text):
+            found.keys.setdefault(key, Counter())[source.as_posix()] += 1
+        for scope, analysis, figure in FIGURE.findall(text):
+            found.figures.setdefault(f"{scope}/{analysis}", [])
+            if figure not in found.figures[f"{scope}/{analysis}"]:
+                found.figures[f"{scope}/{analysis}"].append(figure)
+    return found
+
+
+class UnknownKeyError(KeyError):
+    """A key that no verified cache entry holds."""
+
+
+def resolve(cited: dict[str, Cited], key: str) -> Cited:
+    """The key's record; an unknown key is an error that suggests keys of the same entry."""
+    if key not in cited:
+        scope_analysis = ".".join(key.split(".")[:2])
+        near = sorted(k for k in cited if k.startswith(scope_analysis + "."))[:3]
+        hint = f"; {scope_analysis} has e.g. {', '.join(near)}" if near else "; keys read scope.analysis.name, " \
+                                                                             "as in _variables.yml"
+        raise UnknownKeyError(f"unknown key {key!r}: no verified cache entry holds it{hint}")
+    return cited[key]
+
+
+def _numeric(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _value(value) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def tooltip(cited: Cited) -> str:
+    """The hover text of a cited number on the web page."""
+    return (f"{cited.key} = {_value(cited.value)} (declared accuracy: {cited.accuracy_text}). "
+            f"Computed by {cited.entry.label} ({cited.entry.function}, {cited.entry.where}). "
+            "Follow the link for its code, parameters and inputs.")
+
+
+def describe(cited: Cited, cites: Counter | None) -> list[str]:
+    """What `explain KEY` prints (freshness and the recomputation are the command line's)."""
+    e = cited.entry
+    accuracy = cited.accuracy_text + (f" ({cited.accuracy['basis']})" if (cited.accuracy or {}).get("basis") else "")
+    lines = [f"{cited.key} = {cited.text}",
+             f"  value       {_value(cited.value)}",
+             f"  accuracy    {accuracy}"]
+    if cited.description:
+        lines.append(f"  means       {cited.description}")
+    lines += [f"  analysis    {e.label}: {e.title}",
+              f"  function    {e.function}  ({e.where})"]
+    if e.code:
+        lines.append(f"  code sha256 {e.code}")
+    if e.params:
+        lines.append(f"  parameters  {json.dumps(e.params, sort_keys=True)}")
+    lines += [f"  input       {file}  sha256 {digest}" for file, digest in sorted(e.inputs.items())]
+    if e.libraries:
+        lines.append("  libraries   " + ", ".join(f"{k} {v}" for k, v in sorted(e.libraries.items())))
+    lines.append("  cited in    " + (", ".join(f"{s} ({n}×)" for s, n in sorted(cites.items())) if cites else
+                                     "no chapter"))
+    lines.append("  recompute   " + e.commands(cited.key)[0])
+    return lines
+
+
+def recompute(cited: Cited, job, cache: Cache) -> tuple[str, int]:
+    """Recompute the key's analysis in memory (`job`, already planned) and compare it with the cache at the
+    declared accuracy (`engine.verify.compare`): one line of verdict, and 0 (reproduced) or 1."""
+    from analyses.engine.verify import compare
+
+    entry, name = cited.entry, cited.key.split(".", 2)[2]
+    if entry.name == "model":
+        value = job.source.fingerprint.get("model.safetensors", "")[:12] if name == "sha256" else getattr(
+            job.source.shape, name)
+        same = str(value) == cited.text
+        source = "model.safetensors' sha256" if name == "sha256" else "config.json"
+        return (f"{'reproduced' if same else 'NOT REPRODUCED'}: {cited.key} reads {value!r} from {source}, "
+                f"the cache {cited.text!r}", 0 if same else 1)
+    missing = job.source.missing(job.needs) if job.source else []
+    if entry.status == "skipped" or missing:
+        same = entry.status == "skipped" and bool(missing)
+        return (f"{'reproduced' if same else 'NOT REPRODUCED'}: {entry.label} is cached as {entry.status}, and its "
+                f"inputs are {'missing' if missing else 'present'}", 0 if same else 1)
+    result = job.analysis.run(job.source.tensors if job.source else None, job.source.shape if job.source else None)
+    problems = compare(cache.entry(entry.scope, entry.name), result)
+    mine = [p for p in problems if p.startswith((f"{name} ", f"{name}:"))]
+    if mine or name not in result.numbers:
+        return f"NOT REPRODUCED: {mine[0] if mine else f'{name} is no longer computed'}", 1
+    new = result.numbers[name]
+    verdict = (f"reproduced: {cited.key} recomputed as {_value(new.value)}, printed {new.text!r}, within its declared "
+               f"accuracy ({cited.accuracy_text}) of the cached {_value(cited.value)}")
+    if problems:
+        return (verdict + f"; but {len(problems)} other values of {entry.label} are not (run "
+                f"`{entry.commands()[0]}`)", 1)
+    return verdict + f", as is every other value of {entry.label}", 0
+
+
+# --- the generated page and the filter's data -------------------------------------------------------------
+
+def _code_span(text: str) -> str:
+    ticks = "``" if "`" in text else "`"
+    return f"{ticks}{text}{ticks}"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _chapter_link(source: str) -> str:
+    target = Path(source)
+    relative = target.name if target.parent == PAGE.parent else "../" + target.as_posix()
+    return f"[{target.stem}]({relative})"
+
+
+def _pages_placeholder(cites: Counter) -> str:
+    """Stands for the page list until the PDF's filter puts it in: as wide, so that the tables' column
+    widths (report/_scripts/table-widths.lua) leave it room."""
+    return ", ".join(["000"] * min(sum(cites.values()), 12))
+
+
+def _entry_section(entry: Entry, keys: list[Cited], cites: Citations) -> list[str]:
+    """On the web, what computed the entry from what, at a glance, with the recompute commands; the code hash,
+    libraries, status and cited numbers folded below. In print, the function and the pages of each number."""
+    out = [f"## {entry.scope} · {entry.name} {{#{entry.anchor} .unnumbered}}", ""]
+    inputs = " and ".join(f"{_code_span(f)} (sha256 {_code_span(d)})" for f, d in sorted(entry.inputs.items()))
+    params = ", ".join(_code_span(f"{k}={json.dumps(v, sort_keys=True)}") for k, v in sorted(entry.params.items()))
+    html = ["::: {.content-visible when-format=\"html\"}", "",
+            f"*{entry.title}.* Computed by {_code_span(entry.function)}, defined in {_code_span(entry.where)}, "
+            + (f"from {inputs}" if inputs else "from no weights") + (f", with {params}." if params else "."), ""]
+    example = next((c.key for c in keys if _numeric(c.value)), keys[0].key if keys else None)
+    html += ["```bash", *entry.commands(example), "```", "",
+             f"<details><summary>Code hash, libraries, status{' and the ' + str(len(keys)) + ' cited numbers' if keys else ''}"
+             "</summary>", ""]
+    if entry.code:
+        html.append(f"- **Code hash** (every module on its path): {_code_span(entry.code)}")
+    if entry.libraries:
+        html.append("- **Libraries**: " + ", ".join(f"{k} {v}" for k, v in sorted(entry.libraries.items())))
+    html.append(f"- **Status**: {entry.status}" + (f" ({entry.reason})" if entry.reason else "")
+                + "; every output matches the sha256 its manifest records")
+    if cites.figures.get(entry.label):
+        html.append("- **Figures**: " + ", ".join(_code_span(f) for f in cites.figures[entry.label]))
+    html.append("")
+    if keys:
+        html += ["| key | printed | unrounded value | declared accuracy | cited in |", "|:--|:--|:--|:--|:--|"]
+        html += [f"| {_code_span(c.key.split('.', 2)[2])} | {_cell(c.text)} | "
+                 f"{_code_span(_value(c.value)) if _numeric(c.value) else '—'} | {c.accuracy_text} | "
+                 f"{', '.join(_chapter_link(s) for s in sorted(cites.keys[c.key]))} |" for c in keys]
+        html.append("")
+    html += ["</details>", ""]
+    out += [*html, ":::", ""]
+    pdf = ["::: {.content-visible when-format=\"pdf\"}", "",
+           f"{entry.title}: {_code_span(entry.function.rsplit('.', 1)[1])} in {_code_span(entry.where)}.", ""]
+    if keys:
+        pdf += ["| key | printed | pages |", "|:--|:--|:--|"]
+        pdf += [f"| {_code_span(c.key.split('.', 2)[2])} | {_cell(c.text)} | "
+                f"[{_pages_placeholder(cites.keys[c.key])}]{{.cited-pages data-key=\"{c.key}\"}} |" for c in keys]
+        pdf.append("")
+    return out + pdf + [":::", ""]
+
+
+HEADER = """\
+<!-- Generated by `python -m analyses provenance` from report/_cache and the registry: do not edit by hand. -->
+
+# Provenance of the cited numbers {#sec-provenance}
+
+Every number this book cites comes from one cache entry, computed by one analysis from the inputs listed
+below; nothing is typed by hand. For each entry: the function that computed it (its module and the file
+and line in the repository, which has no public remote, so the path is relative to it), the hash of its
+code, its parameters, the SHA-256 of every input file, the library versions, and the command that
+recomputes it and compares the result with the cache at each value's declared accuracy. On the web, every
+cited number links here, and its tooltip gives its key, unrounded value and declared accuracy.
+In print, each key is listed with the pages that cite it; a number printed inside a formula is listed with
+the page of that formula.
+"""
+
+
+PRINT_SIZE = ("```{=latex}\n\\begingroup\\let\\small\\footnotesize % the appendix's tables in \\footnotesize\n```\n",
+              "```{=latex}\n\\endgroup\n```\n")
+"""In print, the appendix's tables (which _quarto.yml sets in \\small) are set one size smaller."""
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """The verified entries, the keys they hold, and what the book cites, read once."""
+
+    entries: dict[str, Entry]
+    cited: dict[str, Cited]
+    cites: Citations
+
+    @classmethod
+    def of(cls, root: Path) -> Provenance:
+        return cls(*records(root), citations(root))
+
+    def unresolved(self) -> list[str]:
+        """Keys the book cites that no verified entry holds, and cited figures of no verified entry."""
+        return sorted([k for k in self.cites.keys if k not in self.cited]
+                      + [f for f in self.cites.figures if f not in self.entries])
+
+    def page(self) -> str:
+        """The provenance appendix: one section per entry the book cites (numbers or figures)."""
+        wanted = {self.cited[k].entry.label for k in self.cites.keys if k in self.cited} | (
+            set(self.cites.figures) & set(self.entries))
+        parts = [HEADER, PRINT_SIZE[0]]
+        for label, entry in sorted(self.entries.items(), key=lambda item: (item[1].scope, item[1].name != "model",
+                                                                           item[0])):
+            if label in wanted:
+                keys = [c for k, c in sorted(self.cited.items()) if c.entry is entry and k in self.cites.keys]
+                parts.append("\n".join(_entry_section(entry, keys, self.cites)))
+        return "\n".join([*parts, PRINT_SIZE[1]]).rstrip() + "\n"
+
+    def data(self) -> str:
+        """What the Lua filter needs: each cited key's entry anchor and tooltip, and each figure entry's."""
+        keys = {k: {"anchor": self.cited[k].entry.anchor, "title": tooltip(self.cited[k])}
+                for k in sorted(self.cites.keys) if k in self.cited}
+        figures = {label: {"anchor": self.entries[label].anchor,
+                           "title": f"Computed by {label} ({self.entries[label].function}, "
+                                    f"{self.entries[label].where}): its code, parameters and inputs"}
+                   for label in sorted(self.cites.figures) if label in self.entries}
+        return json.dumps({"keys": keys, "figures": figures}, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+    def files(self) -> dict[Path, str]:
+        return {PAGE: self.page(), DATA: self.data()}
+
+
+def outdated(root: Path, provenance: Provenance) -> list[str]:
+    """The generated files (relative paths) that differ from what the cache gives now."""
+    return [str(path) for path, text in provenance.files().items()
+            if not (root / path).is_file() or (root / path).read_text() != text]
+
+
+def write(root: Path, provenance: Provenance) -> list[str]:
+    """Write the page and the filter's data where they differ from the cache's; the paths written."""
+    written = outdated(root, provenance)
+    for path, text in provenance.files().items():
+        if str(path) in written:
+            atomic_write(root / path, text.encode())
+    return written
