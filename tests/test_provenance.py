@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import make_repository
 
-from analyses import provenance
+from analyses.engine import provenance
 from analyses.engine import cli
 from analyses.engine.cli import main
 from analyses.engine.registry import Analysis

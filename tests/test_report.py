@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from analyses import provenance
+from analyses.engine import provenance
 
 REPO = Path(__file__).resolve().parents[1]
 SHORTCODE = re.compile(r"\{\{<\s*(\w+)\s+([^>]*?)\s*>\}\}")

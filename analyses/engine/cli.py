@@ -39,7 +39,7 @@ from analyses.engine.cache import COMMON, Cache, RootError, checked_root, find_r
 from analyses.engine.checkpoint import WeightsError
 from analyses.engine.registry import UnknownAnalysisError
 from analyses.engine.sources import MODELS, REPORT_MODELS, WEIGHTS_ENV, model_spec, open_source
-from analyses.provenance import UnknownKeyError
+from analyses.engine.provenance import UnknownKeyError
 
 EXIT_STALE, EXIT_USAGE, EXIT_UNVERIFIED, EXIT_OS, EXIT_INTERRUPTED, EXIT_TERMINATED = 1, 2, 3, 4, 130, 143
 
@@ -252,7 +252,7 @@ def _verify(args) -> int:
 
 
 def _explain(args) -> int:
-    from analyses import provenance
+    from analyses.engine import provenance
 
     root = _root(args)
     book = provenance.Provenance.of(root)
@@ -281,7 +281,7 @@ def _explain(args) -> int:
 
 
 def _provenance(args) -> int:
-    from analyses import provenance
+    from analyses.engine import provenance
 
     root = _root(args)
     book = provenance.Provenance.of(root)

@@ -35,7 +35,8 @@ FileFn = Callable[[Result, ModelShape | None], str]
 
 ENGINE = "analyses.engine"
 TOOLKIT = "analyses.toolkit"
-FRONT_ENDS = frozenset({"analyses.engine.cli", "analyses.engine.bench", "analyses.engine.verify", "analyses.__main__"})
+FRONT_ENDS = frozenset({"analyses.engine.cli", "analyses.engine.bench", "analyses.engine.verify",
+                        "analyses.engine.provenance", "analyses.__main__"})
 """Modules that start runs, check or print, but shape no cached byte: left out of every code hash."""
 
 

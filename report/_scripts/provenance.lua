@@ -1,5 +1,5 @@
 --[[
-provenance.lua: every cited number knows where it came from (see analyses/provenance).
+provenance.lua: every cited number knows where it came from (see analyses/engine/provenance.py).
 
 Run at pre-ast, before Quarto expands shortcodes. On the web, each `{{< var KEY >}}` becomes a quiet
 link to its analysis's entry on the provenance page (report/provenance.qmd), whose tooltip (title) gives
