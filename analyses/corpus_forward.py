@@ -359,7 +359,7 @@ def plot_shares(result: Result, shape: ModelShape):
     axes[2].legend(fontsize=7)
     for ax in axes:
         ax.set_xticks(states, ticks, fontsize=8)
-        ax.set_xlabel("state (E: embeddings, ℓ: after layer ℓ)", fontsize=8)
+    fig.supxlabel("state (E: after the embeddings, ℓ: after layer ℓ)", fontsize=8)
     fig.suptitle(f"{shape.name}: hidden states over {result.numbers['windows'].text} corpus windows", fontsize=10)
     return fig
 

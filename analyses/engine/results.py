@@ -246,10 +246,11 @@ def array_summary(array) -> dict | None:
     finite = x[np.isfinite(x)]
     summary = {"shape": list(a.shape), "nonfinite": int(x.size - finite.size)}
     if finite.size:
-        weights = np.cos(np.arange(finite.size) * 0.7548776662466927)  # a fixed, aperiodic weighting
-        summary |= {"mean": float(finite.mean()), "rms": float(np.sqrt(np.mean(finite ** 2))),
+        # sums by math.fsum, correctly rounded: the summary adds no rounding of its own that differs by machine
+        weights = (np.arange(finite.size) * 7919 % 1009) / 1009 - 0.5  # fixed, from integer arithmetic: exact
+        summary |= {"mean": math.fsum(finite) / finite.size, "rms": math.sqrt(math.fsum(finite ** 2) / finite.size),
                     "min": float(finite.min()), "max": float(finite.max()),
-                    "weighted": float(weights @ finite / finite.size), "scale": float(np.abs(finite).max())}
+                    "weighted": math.fsum(weights * finite) / finite.size, "scale": float(np.abs(finite).max())}
     return summary
 
 
