@@ -343,7 +343,6 @@ def plot_shares(result: Result, shape: ModelShape):
                              capsize=2, label=f"{name}, {what}")
     axes[0].set_ylim(0, 1)
     axes[0].set_ylabel("share of variance")
-    axes[0].legend(fontsize=6, ncol=2, loc="upper center")
     axes[0].set_title("shares, 95 % intervals over windows", fontsize=8)
     ranks = a["ranks"]
     axes[1].boxplot(list(ranks), positions=states, widths=0.6, showfliers=False)
@@ -354,12 +353,13 @@ def plot_shares(result: Result, shape: ModelShape):
         axes[2].plot(np.repeat(x, values.shape[1]) + (0.1 if colour == "0.5" else -0.1), values.ravel(), ".",
                      color=colour, ms=2, alpha=0.6)
         axes[2].plot(x, values.mean(axis=1), "o-", color=colour, ms=3, label=name)
-    axes[2].set_ylabel("mean principal angle to previous state (°)")
+    axes[2].set_ylabel("angle to previous state (°)")
     axes[2].set_title("consecutive states", fontsize=8)
     axes[2].legend(fontsize=7)
     for ax in axes:
         ax.set_xticks(states, ticks, fontsize=8)
-    fig.supxlabel("state (E: after the embeddings, ℓ: after layer ℓ)", fontsize=8)
+        ax.set_xlabel("state (E: embeddings, then layers)", fontsize=7)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=3, fontsize=7)
     fig.suptitle(f"{shape.name}: hidden states over {result.numbers['windows'].text} corpus windows", fontsize=10)
     return fig
 
