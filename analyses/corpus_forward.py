@@ -358,7 +358,7 @@ def plot_shares(result: Result, shape: ModelShape):
     axes[2].legend(fontsize=7)
     for ax in axes:
         ax.set_xticks(states, ticks, fontsize=8)
-        ax.set_xlabel("state (E: embeddings, then layers)", fontsize=7)
+        ax.set_xlabel("state", fontsize=8)
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=3, fontsize=7)
     fig.suptitle(f"{shape.name}: hidden states over {result.numbers['windows'].text} corpus windows", fontsize=10)
     return fig
