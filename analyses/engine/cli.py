@@ -233,9 +233,10 @@ def _verify(args) -> int:
     print(f"BLAS kernel: {', '.join(verify.blas_kernels()) or 'no OpenBLAS loaded'}", flush=True)
     failed, unchecked = [], []
 
-    def done(job, problems: list[str]) -> None:
-        if problems and problems[0].startswith("not checked"):
+    def done(job, problems: list[str] | None) -> None:
+        if problems is None:
             unchecked.append(job.label)
+            problems = ["not checked: the model's weights are unavailable"]
         elif problems:
             failed.append(job.label)
         print(f"{job.label:45s} {'; '.join(problems) if problems else 'reproduced'}", flush=True)

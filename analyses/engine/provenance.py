@@ -235,7 +235,7 @@ def describe(cited: Cited, cites: Counter | None) -> list[str]:
 def recompute(cited: Cited, job, cache: Cache) -> tuple[str, int]:
     """Recompute the key's analysis in memory (`job`, already planned) and compare it with the cache at the
     declared accuracy (`engine.verify.compare`): one line of verdict, and 0 (reproduced) or 1."""
-    from analyses.engine.verify import compare
+    from analyses.engine.verify import check
 
     entry, name = cited.entry, cited.key.split(".", 2)[2]
     if entry.name == "model":
@@ -245,13 +245,10 @@ def recompute(cited: Cited, job, cache: Cache) -> tuple[str, int]:
         source = "model.safetensors' sha256" if name == "sha256" else "config.json"
         return (f"{'reproduced' if same else 'NOT REPRODUCED'}: {cited.key} reads {value!r} from {source}, "
                 f"the cache {cited.text!r}", 0 if same else 1)
-    missing = job.source.missing(job.needs) if job.source else []
-    if entry.status == "skipped" or missing:
-        same = entry.status == "skipped" and bool(missing)
-        return (f"{'reproduced' if same else 'NOT REPRODUCED'}: {entry.label} is cached as {entry.status}, and its "
-                f"inputs are {'missing' if missing else 'present'}", 0 if same else 1)
-    result = job.analysis.run(job.source.tensors if job.source else None, job.source.shape if job.source else None)
-    problems = compare(cache.entry(entry.scope, entry.name), result)
+    problems, result = check(job, cache)
+    if result is None:
+        verdict = "; ".join(problems) or "is cached as skipped, and its inputs are still missing"
+        return f"{'NOT REPRODUCED' if problems else 'reproduced'}: {entry.label} {verdict}", 1 if problems else 0
     mine = [p for p in problems if p.startswith((f"{name} ", f"{name}:"))]
     if mine or name not in result.numbers:
         return f"NOT REPRODUCED: {mine[0] if mine else f'{name} is no longer computed'}", 1

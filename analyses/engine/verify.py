@@ -119,30 +119,31 @@ def blas_kernels() -> list[str]:
                    if info.get("internal_api") == "openblas"})
 
 
+def check(job, cache) -> tuple[list[str], Result | None]:
+    """What a job's cache entry does not reproduce, one sentence each (empty: reproduced), and the fresh result
+    (None when the job was not run: not cached, or cached as skipped, which must still lack its inputs)."""
+    manifest = cache.manifest(job.scope, job.analysis.name)
+    if manifest is None:
+        return ["not cached"], None
+    missing = job.source.missing(job.needs) if job.source else []
+    if manifest.get("status") == "skipped" or missing:
+        return ([] if manifest.get("status") == "skipped" and missing else [
+            f"cached as {manifest.get('status')}, but the inputs are {'missing' if missing else 'present'}"]), None
+    source = job.source
+    result = job.analysis.run(source.tensors if source else None, source.shape if source else None)
+    return compare(cache.entry(job.scope, job.analysis.name), result), result
+
+
 def recompute(jobs, cache, workers_count: int, on_done) -> None:
     """Recompute each job in memory (one forked worker per job, `workers_count` at a time) and call
-    `on_done(job, problems)` with what it does not reproduce of its cache entry; nothing is written.
-
-    A job cached as skipped is checked to be still uncomputable; a job whose weights are unavailable,
-    or that is not cached, is reported as such."""
+    `on_done(job, problems)` with what it does not reproduce of its cache entry (see `check`), or with None for
+    a job whose weights are unavailable, which cannot be checked; nothing is written."""
     from analyses.engine import workers
-
-    def check(job) -> list[str]:
-        manifest = cache.manifest(job.scope, job.analysis.name)
-        if manifest is None:
-            return ["not cached"]
-        missing = job.source.missing(job.needs) if job.source else []
-        if manifest.get("status") == "skipped" or missing:
-            return [] if manifest.get("status") == "skipped" and missing else [
-                f"cached as {manifest.get('status')}, but the inputs are {'missing' if missing else 'present'}"]
-        source = job.source
-        result = job.analysis.run(source.tensors if source else None, source.shape if source else None)
-        return compare(cache.entry(job.scope, job.analysis.name), result)
 
     runnable = [job for job in jobs if not job.unavailable]
     for job in jobs:
         if job.unavailable:
-            on_done(job, ["not checked: the model's weights are unavailable"])
+            on_done(job, None)
     by_label = {job.label: job for job in runnable}
-    workers.run_all(((job.label, lambda job=job: check(job)) for job in runnable), workers_count,
+    workers.run_all(((job.label, lambda job=job: check(job, cache)[0]) for job in runnable), workers_count,
                     lambda label, problems, _: on_done(by_label[label], problems))
