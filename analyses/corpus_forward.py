@@ -27,7 +27,7 @@ import numpy as np
 from scipy import sparse
 
 from analyses.engine.registry import register
-from analyses.engine.results import Accuracy, Number, Result, Table, Text, printed_stably
+from analyses.engine.results import Accuracy, Number, Result, Table, Text, stable_format
 from analyses.engine.sources import ModelShape, model_spec
 from analyses.toolkit import plotting
 from analyses.toolkit.corpus import (FILE, GENRES, LICENCE, MODULE, PACKAGE, SHA256, VERSION, corpus_inputs,
@@ -64,8 +64,7 @@ RANK = Accuracy(basis="exact: counts of singular values above a threshold; a sin
 def share_number(value: float, description: str) -> Number:
     """A share with one decimal of a percent, or none where float32's accuracy leaves that decimal undetermined
     (a value within 1e-5 relative of a rounding boundary)."""
-    fmt = ".1%" if printed_stably(value, ".1%", FLOAT32) else ".0%"
-    return Number(value, fmt, description, FLOAT32)
+    return Number(value, stable_format(value, ".1%", FLOAT32), description, FLOAT32)
 
 
 def variance_shares(H: np.ndarray, ids: np.ndarray) -> dict[str, np.ndarray]:
@@ -131,6 +130,15 @@ def content_slice(shape: ModelShape, n: int) -> slice:
     return slice(1, n - 1) if shape.family == "bert" else slice(1, n)
 
 
+def window_spec(windows_by_family: Mapping, shape: ModelShape) -> dict:
+    """The family's windows, cut to the model's context where that is shorter (a small GPT-2 trained here)."""
+    spec = dict(windows_by_family[shape.family])
+    if shape.n_ctx < spec["tokens"]:
+        spec |= {"tokens": shape.n_ctx, "trained": shape.n_ctx, "read": shape.n_ctx,
+                 "why": f"{shape.name} was trained on sequences of {shape.n_ctx} tokens"}
+    return spec
+
+
 def corpus_windows(tensors, shape: ModelShape, spec: Mapping) -> tuple[np.ndarray, np.ndarray]:
     """Token ids of every window [W, tokens] with the model's special tokens, and each window's genre index."""
     corpus = load_corpus()
@@ -176,7 +184,7 @@ def corpus_states(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, windo
                   n_angle_windows: int, batch: int, seed: int) -> Result:
     """The variance decomposition, the position-only comparison, signal ranks per window and consecutive-state angles
     against the residual-connection null, over the corpus windows (see the module docstring)."""
-    spec = windows_by_family[shape.family]
+    spec = window_spec(windows_by_family, shape)
     ids, genre = corpus_windows(tensors, shape, spec)
     W, n = ids.shape
     rows = content_slice(shape, n)
@@ -409,7 +417,7 @@ def corpus_ablation(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, win
     random k-dimensional bases). Against the unablated pass: per head, the total-variation change of the attention
     rows, mean_i ½ Σ_j |A_ij − A'_ij| over the content queries; after the last layer, 1 − cos(h_n, h'_n) over the
     content rows. The controls' spread is reported with their mean."""
-    spec = windows_by_family[shape.family]
+    spec = window_spec(windows_by_family, shape)
     ids, genre = corpus_windows(tensors, shape, spec)
     rng = np.random.default_rng(seed)
     chosen = np.sort(np.concatenate([rng.choice(np.flatnonzero(genre == g), n_windows // len(GENRES), replace=False)

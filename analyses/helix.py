@@ -26,11 +26,11 @@ from collections.abc import Mapping
 import numpy as np
 
 from analyses.toolkit import plotting
-from analyses.toolkit.helix_period import EDGE, bulk_phase_increments, helix_period, principal_coordinates
+from analyses.toolkit.helix_period import EDGE, bulk_edge, bulk_phase_increments, helix_period, principal_coordinates
 from analyses.toolkit.linalg import explained_variance_ratio
 from analyses.toolkit.sinusoids import fit_sinusoid
 from analyses.engine.registry import register
-from analyses.engine.results import Number, Result, Table
+from analyses.engine.results import Number, Result, Table, Text
 from analyses.engine.sources import ModelShape
 
 
@@ -99,6 +99,7 @@ def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components:
     """Principal coordinates, sinusoid fits per component, helix turns/radius/pitch, and outlier scores."""
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
     n_pos = len(P)
+    edge = bulk_edge(n_pos, edge)
     if not 0 < edge < n_pos // 2 - 1:
         raise ValueError(f"edge must lie in 1..{n_pos // 2 - 2}, got {edge}")
     ratios = explained_variance_ratio(P)
@@ -152,8 +153,8 @@ def _turning(P: np.ndarray, Z: np.ndarray, edge: int, period_edges: tuple[int, .
     by_edge = {row[1]: row[-1] for row in sensitivity.rows if row[0] == "bulk"}
     edge_low, edge_high = min(by_edge, key=by_edge.get), max(by_edge, key=by_edge.get)
     tokens = ".0f" if turn_length >= 100 else ".1f"  # a few tokens per turn need a decimal
-    pitch = axial_rise(Z[bulk, :3], int(round(turn_length))) * turn_length
     radius_bulk = float(np.median(radius[bulk]))
+    one_turn = round(turn_length) <= n_pos - 2 * edge - 2  # the pitch needs a whole turn inside the bulk
     numbers = {
         "turns_total": Number(abs(turns[-1]), ".2f", "turns of (z1, z2) around the origin, position 0 to the last"),
         "turns_bulk": Number(bulk_turns, ".2f", "turns of (z1, z2) over the bulk"),
@@ -176,12 +177,17 @@ def _turning(P: np.ndarray, Z: np.ndarray, edge: int, period_edges: tuple[int, .
         "radius_bulk_cv": Number(float(radius[bulk].std() / radius[bulk].mean()), ".1%",
                                  "coefficient of variation of the radius over the bulk"),
         "radius_first": Number(float(radius[1]), ".2f", "radius at position 1"),
-        "pitch_bulk": Number(pitch, ".2f", "advance along the helix axis per turn, over the bulk (pitch)"),
-        "pitch_over_circumference": Number(pitch / (2 * np.pi * radius_bulk), ".3f",
-                                           "mean pitch / (2π · median radius)"),
+
         "pc3_spearman": Number(float(spearmanr(n, Z[:, 2]).statistic), ".3f",
                                "Spearman correlation of z3 with position (±1: monotone axis)"),
     }
+    if one_turn:
+        pitch = axial_rise(Z[bulk, :3], int(round(turn_length))) * turn_length
+        numbers |= {"pitch_bulk": Number(pitch, ".2f", "advance along the helix axis per turn, over the bulk (pitch)"),
+                    "pitch_over_circumference": Number(pitch / (2 * np.pi * radius_bulk), ".3f",
+                                                       "mean pitch / (2π · median radius)")}
+    else:
+        numbers["pitch_bulk"] = Text("undefined", "the pitch: undefined, since the bulk holds less than one turn")
     return numbers, sensitivity, turns, radius
 
 
@@ -353,5 +359,5 @@ register(
                               "period_edges": (25, 50, 100, 150, 200, 250), "period_windows": 4},
     figures={"helix": plot_helix, "components": plot_components, "phase": plot_phase, "outliers": plot_outliers},
     files={"helix_3d.md": helix_3d_html},
-    groups=("first report", "notebook subset"),
+    groups=("first report", "notebook subset", "position table"),
 )

@@ -192,7 +192,7 @@ register(
     params={"fractions": (0.5, 0.8, 0.9, 0.95, 0.99), "split": 100, "mass_ks": (1, 2, 3, 10, 30, 100),
             "sinusoid_base": 10000.0},
     figures={"cumulative_variance": plot_cumulative_variance, "singular_values": plot_singular_values},
-    groups=("first report", "notebook subset"),
+    groups=("first report", "notebook subset", "position table"),
 )
 
 

@@ -120,7 +120,7 @@ register(
     "position_matrix", "The position matrix at a glance", position_matrix,
     needs=("W_pos",), params={"clip_percentile": 99.0, "n_extremes": 3, "small_entries": (0.01, 0.05)},
     figures={"heatmap": plot_heatmap, "norms": plot_norms},
-    groups=("first report", "notebook subset"),
+    groups=("first report", "notebook subset", "position table"),
 )
 
 

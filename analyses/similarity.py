@@ -370,5 +370,5 @@ register(
     figures={"heatmaps": plot_heatmaps, "distributions": plot_distributions, "trajectories": plot_trajectories,
              "offset": plot_offset, "dimensions_random": plot_dimensions_random,
              "dimensions_extremes": plot_dimensions_extremes, "smoothness": plot_smoothness},
-    groups=("first report", "notebook subset"),
+    groups=("first report", "notebook subset", "position table"),
 )

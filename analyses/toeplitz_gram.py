@@ -33,47 +33,12 @@ from collections.abc import Mapping
 import numpy as np
 
 from analyses.toolkit import plotting
+from analyses.toolkit.gram import circulant_share, diagonal_sums, toeplitz_part, toeplitz_share
 from analyses.toolkit.sinusoids import fit_sinusoid, sinusoidal_table
 from analyses.toolkit.surrogates import phase_randomise, random_walks
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table
 from analyses.engine.sources import ModelShape
-
-
-def diagonal_sums(X: np.ndarray) -> np.ndarray:
-    """s_k = Σ_i G[i, i + k] for k = 0 … N−1, G = X Xᵀ, from the columns' autocorrelations (zero-padded FFT)."""
-    X = np.asarray(X, dtype=np.float64)
-    n = len(X)
-    spectrum = np.fft.rfft(X, n=2 * n, axis=0)
-    return np.fft.irfft((np.abs(spectrum) ** 2).sum(axis=1), n=2 * n)[:n]
-
-
-def toeplitz_part(X: np.ndarray) -> np.ndarray:
-    """T(G): the Toeplitz matrix whose k-th diagonal is the mean of the k-th diagonal of G = X Xᵀ."""
-    n = len(X)
-    t = diagonal_sums(X) / (n - np.arange(n))
-    return t[np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])]
-
-
-def _gram_norm_sq(X: np.ndarray) -> float:
-    """‖X Xᵀ‖²_F, computed as ‖Xᵀ X‖²_F (the same number)."""
-    return float(np.sum((X.T @ X) ** 2))
-
-
-def toeplitz_share(X: np.ndarray, gram_norm_sq: float | None = None) -> float:
-    """τ = ‖T(G)‖²_F / ‖G‖²_F for G = X Xᵀ (no N × N matrix formed; pass ‖G‖²_F if known)."""
-    X = np.asarray(X, dtype=np.float64)
-    n = len(X)
-    s = diagonal_sums(X)
-    toeplitz = s[0] ** 2 / n + 2 * np.sum(s[1:] ** 2 / (n - np.arange(1, n)))
-    return float(toeplitz / (gram_norm_sq if gram_norm_sq is not None else _gram_norm_sq(X)))
-
-
-def circulant_share(X: np.ndarray, gram_norm_sq: float | None = None) -> float:
-    """κ = Σ_f ((F G Fᴴ)_ff)² / ‖G‖²_F for G = X Xᵀ, F the unitary DFT: (FGFᴴ)_ff = Σ_d |X̂[f, d]|² / N."""
-    X = np.asarray(X, dtype=np.float64)
-    diagonal = (np.abs(np.fft.fft(X, axis=0)) ** 2).sum(axis=1) / len(X)
-    return float(np.sum(diagonal**2) / (gram_norm_sq if gram_norm_sq is not None else _gram_norm_sq(X)))
 
 
 def top_eigenpairs(G: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -227,5 +192,5 @@ def plot_kernels(result: Result, shape: ModelShape):
 register(
     "toeplitz_gram", "Why a helix: offset-only structure of the position Gram matrix", toeplitz_gram,
     needs=("W_pos",), params={"n_draws": 10, "seed": 0, "pad": 16, "sinusoid_base": 10000.0},
-    figures={"gram": plot_gram, "kernels": plot_kernels},
+    figures={"gram": plot_gram, "kernels": plot_kernels}, groups=("position table",),
 )

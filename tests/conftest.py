@@ -36,6 +36,9 @@ class Given(dict):
     def decode(self, ids):
         raise KeyError("tokenizer")
 
+    def training_record(self) -> dict:
+        raise KeyError("training_record")
+
 
 def gpt2_state_dict(rng: np.random.Generator, d=8, n_ctx=16, n_layers=2, d_vocab=11,
                     with_wte: bool = True, with_mlp: bool = True) -> dict[str, np.ndarray]:

@@ -27,6 +27,7 @@ from analyses.engine.results import (
     array_summary,
     format_value,
     printed_stably,
+    stable_format,
     summaries_agree,
 )
 from analyses.engine.verify import compare, unstable
@@ -123,4 +124,19 @@ def test_unstable_names_the_cached_value_and_cell(tmp_path):
     table = Table(("x",), ((0.3124999999999998,), (0.5,)), {"x": ".1%"})
     result = Result({"tie": Number(0.3124999999999998, ".1%", "a tie"), "fine": Number(0.3, ".1%", "fine")},
                     {"t": table})
-    assert unstable(_entry(tmp_path, result)) == ["tie", "t[1].x"]
+    entry = _entry(tmp_path, result)
+    assert unstable(entry) == ["tie"]  # a table cell drops the decimal its accuracy does not fix
+    assert table.to_markdown().splitlines()[2:] == ["| 31% |", "| 50.0% |"]
+    spec = json.loads((entry / "tables.json").read_text())
+    assert spec["t"]["x"]["format"] == [".0%", ".1%"]
+    spec["t"]["x"]["format"] = ".1%"  # a cache that prints the undetermined decimal is caught
+    (entry / "tables.json").write_text(json.dumps(spec))
+    assert unstable(entry) == ["tie", "t[1].x"]
+
+
+def test_a_format_loses_only_the_decimals_the_accuracy_does_not_fix():
+    loose = Accuracy(rel=1e-5, basis="test")
+    assert stable_format(0.123456, ".4f", loose) == ".4f"
+    assert stable_format(0.12345, ".4f", loose) == ".3f"  # 0.12345 ± 1.2e-6 straddles the fourth decimal
+    assert stable_format(0.05, ".1%", Accuracy(abs=1e-3, basis="test")) == ".0%"
+    assert stable_format(0.30, "sci2", loose) == "sci2"  # only fixed-point and percent formats are shortened

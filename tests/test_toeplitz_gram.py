@@ -5,16 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analyses.toeplitz_gram import (
-    circulant_share,
-    diagonal_sums,
-    dominant_frequency,
-    gram_statistics,
-    toeplitz_gram,
-    toeplitz_part,
-    toeplitz_share,
-    top_eigenpairs,
-)
+from analyses.toeplitz_gram import dominant_frequency, gram_statistics, toeplitz_gram, top_eigenpairs
+from analyses.toolkit.gram import circulant_share, diagonal_sums, toeplitz_part, toeplitz_share
 from analyses.toolkit.surrogates import random_walks
 from analyses.engine.sources import ModelShape
 

@@ -108,6 +108,11 @@ def _parser() -> argparse.ArgumentParser:
     provenance = sub.add_parser("provenance", help="write the book's provenance page and its links' data from the cache")
     provenance.add_argument("--check", action="store_true", help="write nothing; exit 1 if either file is out of date")
     provenance.add_argument("--root", type=Path, metavar="DIR", help="the report repository (default: the working one)")
+    train = sub.add_parser("train", help="train the models the report trains itself (minutes each; never done by run)")
+    train.add_argument("--model", action="append", metavar="M",
+                       help=f"model to train (repeatable); default: {', '.join(TRAINED)}")
+    train.add_argument("--force", action="store_true", help="retrain even when the committed model is fresh")
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
     bench = sub.add_parser("bench", help="time cold and warm runs, per analysis too, with peak memory")
     bench.add_argument("--baseline", nargs="?", type=Path, const=BASELINE, metavar="SCRIPT",
                        help=f"also time the notebook-style script against the same subset (default: {BASELINE})")
@@ -174,12 +179,48 @@ def _bench(args) -> int:
     return bench(root, script, weights, args.repeats)
 
 
+TRAINED = tuple(m.name for m in MODELS.values() if m.recipe is not None)
+"""The models the report trains itself (`python -m analyses train`)."""
+
+
+def _trained_states(models) -> list[tuple[str, str]]:
+    """(model, state) for each trained model among `models` whose committed run is not fresh."""
+    from analyses.engine import training
+
+    specs = [model_spec(m) for m in models]
+    states = [(spec.name, training.state(spec.name, spec.recipe)) for spec in specs if spec.recipe is not None]
+    return [(name, state) for name, state in states if state != "fresh"]
+
+
+def _train(args) -> int:
+    from analyses.engine import training
+
+    names = list(dict.fromkeys(model_spec(m).name for m in args.model or TRAINED))
+    untrainable = [n for n in names if model_spec(n).recipe is None]
+    if untrainable:
+        raise WeightsError(f"{', '.join(untrainable)} is not trained by this project; trained models: "
+                           f"{', '.join(TRAINED)}")
+    for name in names:
+        spec = model_spec(name)
+        state = training.state(name, spec.recipe)
+        if state == "fresh" and not args.force:
+            _say(f"{name}: fresh (its recipe, corpus and code are those recorded); --force retrains it")
+            continue
+        _say(f"{name}: {state}; training ({spec.recipe.steps:,} steps)")
+        directory = training.train(name, spec.recipe, progress=not args.quiet)
+        _say(f"{name}: written to {directory}; now run `python -m analyses run`")
+    return 0
+
+
 def _run(args) -> int:
     from analyses.engine.pipeline import run
 
     jobs, warnings = _jobs(args)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    for name, state in _trained_states({job.source.name for job in jobs if job.source is not None}):
+        print(f"warning: the committed {name} is {state}: its results describe the committed run; "
+              f"`python -m analyses train --model {name}` retrains it", file=sys.stderr)
     report = run(jobs, _cache(args), force=args.force, prune=args.prune, progress=not args.quiet,
                  workers_count=args.jobs, allow_skips=args.allow_skips)
     for job, what in report.done:
@@ -214,8 +255,13 @@ def _status(args) -> int:
         _say(f"{path:45s} LEFTOVER of an interrupted write (the next `run` removes it)")
     for problem in report.index_problems:
         _say(f"STALE: {problem}")
-    if report.problems:
-        _say(f"{report.problems} problems: run `python -m analyses run`" + (" --prune" if report.orphans else ""))
+    trained = _trained_states({job.source.name for job in jobs if job.source is not None})
+    for name, state in trained:
+        _say(f"{name:45s} {state.upper() if state == 'missing' else 'STALE: ' + state[len('stale: '):]}: "
+             f"`python -m analyses train --model {name}`")
+    if report.problems or trained:
+        _say(f"{report.problems + len(trained)} problems: run `python -m analyses run`"
+             + (" --prune" if report.orphans else "") + (" after `train`" if trained else ""))
         return EXIT_STALE
     if report.unverified:
         _say(f"fresh, but {len(report.unverified)} results were not checked against their weights (unavailable)")
@@ -315,6 +361,8 @@ def _main(argv: list[str] | None) -> int:
             return _bench(args)
         if args.command == "verify":
             return _verify(args)
+        if args.command == "train":
+            return _train(args)
         if args.command in ("explain", "provenance"):
             return _explain(args) if args.command == "explain" else _provenance(args)
         return _run(args) if args.command == "run" else _status(args)
@@ -327,7 +375,8 @@ def _main(argv: list[str] | None) -> int:
     except KeyboardInterrupt as exc:
         what, code = ("terminated", EXIT_TERMINATED) if isinstance(exc, Terminated) else ("interrupted",
                                                                                            EXIT_INTERRUPTED)
-        print(f"{what}: the cache keeps its previous entries (nothing is left half-written)", file=sys.stderr)
+        kept = "the committed models are unchanged" if args.command == "train" else "the cache keeps its previous entries"
+        print(f"{what}: {kept} (nothing is left half-written)", file=sys.stderr)
         return code
     except OSError as exc:
         where = f": {exc.filename}" if exc.filename else ""

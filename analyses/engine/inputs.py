@@ -30,5 +30,8 @@ class ModelInputs(Protocol):
     def tokenize(self, text: str, special_tokens: bool = False) -> np.ndarray:
         """The model's token ids for `text`; KeyError('tokenizer') when the checkpoint has no tokenizer."""
 
+    def training_record(self) -> dict:
+        """The provenance record of a model this project trained; KeyError('training_record') for any other."""
+
     def decode(self, ids) -> list[str]:
         """Each id as its text; KeyError('tokenizer') when the checkpoint has no tokenizer."""

@@ -22,6 +22,7 @@ from analyses.engine.fingerprints import input_fingerprint, library_versions
 from analyses.engine.registry import Analysis, UnknownAnalysisError, all_analyses
 from analyses.engine.results import Result
 from analyses.engine.sources import MODELS, WEIGHTS_ENV, ModelSpec, WeightSource
+from analyses.engine.tensors import TRAINING_RECORD
 from analyses.toolkit.plotting import render
 
 
@@ -89,7 +90,7 @@ def plan(analyses: list[Analysis], sources: list[WeightSource | ModelSpec],
                    None if shown is None else shown.get(f"{scope}/{analysis.name}", frozenset()))
 
     jobs = [job(a, s.slug, s if isinstance(s, WeightSource) else None)
-            for s in sources for a in analyses if a.scope == "model"]
+            for s in sources for a in analyses if a.scope == "model" and MODELS[s.name].runs(a.groups)]
     return jobs + [job(a, COMMON, None) for a in analyses if a.scope == "common"]
 
 
@@ -97,11 +98,12 @@ def orphans(cache: Cache) -> list[tuple[str, str]]:
     """Entries on disk that no registered analysis owns: an unknown analysis, an unknown model, or an
     analysis cached in the wrong kind of scope. They are never cited; `run --prune` removes them."""
     registry = all_analyses()
-    models = {spec.slug for spec in MODELS.values()}
+    models = {spec.slug: spec for spec in MODELS.values()}
 
     def owned(scope: str, name: str) -> bool:
         analysis = registry.get(name)
-        return analysis is not None and (scope == COMMON if analysis.scope == "common" else scope in models)
+        return analysis is not None and (scope == COMMON if analysis.scope == "common" else
+                                         scope in models and models[scope].runs(analysis.groups))
 
     return [(scope, name) for scope, name in cache.entries() if not owned(scope, name)]
 
@@ -126,6 +128,10 @@ def _status_md(job: Job, manifest: dict) -> str:
 def _skip_reason(job: Job, missing: list[str]) -> str:
     """Why a job was not run, and the command that runs it where the missing inputs exist."""
     model, repo = job.source.name, MODELS[job.source.name].hub_repo
+    if MODELS[model].recipe is None and all(m.startswith("history.") or m == TRAINING_RECORD for m in missing):
+        return (f"This analysis reads a training run's history ({', '.join(f'`{m}`' for m in missing)}), which only "
+                f"a model this project trains itself records (`python -m analyses train`); {model} was trained "
+                "elsewhere, and no history of its training is published.")
     unset = f", with `${WEIGHTS_ENV}` unset" if model == "gpt2" else ""
     where = (f"where the Hugging Face hub is reachable (`{repo}`{unset}), or with `--weights DIR` naming a full "
              "local checkpoint" if repo else "with `--weights DIR` naming a full checkpoint")

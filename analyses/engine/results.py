@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -69,6 +70,19 @@ def printed_stably(value: float | int, fmt: str, accuracy: Accuracy) -> bool:
         return True
     text = format_value(value, fmt)
     return format_value(value - tolerance, fmt) == text == format_value(value + tolerance, fmt)
+
+
+_FIXED = re.compile(r"(,?)\.(\d+)([f%])")
+
+
+def stable_format(value: float | int, fmt: str, accuracy: Accuracy) -> str:
+    """`fmt`, or the same fixed-point or percent format with as many fewer decimals as it takes for the declared
+    accuracy to fix every printed digit (no digit is printed that the computation does not fix)."""
+    match = _FIXED.fullmatch(fmt)
+    while match and int(match[2]) > 0 and not printed_stably(value, fmt, accuracy):
+        fmt = f"{match[1]}.{int(match[2]) - 1}{match[3]}"
+        match = _FIXED.fullmatch(fmt)
+    return fmt
 
 
 @dataclass(frozen=True)
@@ -175,25 +189,38 @@ class Table:
             declared = declared[row]
         return declared or (EXACT if isinstance(value, int) else FLOAT64)
 
+    def format_of(self, column: str, row: int, value) -> str | None:
+        """The format a cell prints with: its column's, with fewer decimals where its accuracy does not fix the
+        last one (`stable_format`); None for text and for a column without a format."""
+        accuracy = self.accuracy_of(column, row, value)
+        fmt = self.formats.get(column)
+        return stable_format(value, fmt, accuracy) if fmt and accuracy is not None else None
+
     def accuracy_json(self) -> dict[str, dict]:
         """The format and the declared accuracy of each numeric cell, by column and row, as cached beside the
-        table (None for a text cell)."""
-        cells = {c: [self.accuracy_of(c, i, v) for i, v in enumerate(self.column(c))] for c in self.columns}
-        return {c: {"format": self.formats.get(c), "accuracy": [a.as_dict() if a else None for a in accuracies]}
-                for c, accuracies in cells.items() if any(accuracies)}
+        table (None for a text cell); the format is one per row where a cell prints with fewer decimals."""
+        out = {}
+        for c in self.columns:
+            values = self.column(c)
+            accuracies = [self.accuracy_of(c, i, v) for i, v in enumerate(values)]
+            if not any(accuracies):
+                continue
+            formats = [self.format_of(c, i, v) or self.formats.get(c) for i, v in enumerate(values)]
+            fmt = formats if len(set(formats)) > 1 else self.formats.get(c)
+            out[c] = {"format": fmt, "accuracy": [a.as_dict() if a else None for a in accuracies]}
+        return out
 
-    def _cell(self, column: str, value) -> str:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and column in self.formats:
-            return format_value(value, self.formats[column])
-        return _print_safe(str(value))
+    def _cell(self, column: str, row: int, value) -> str:
+        fmt = self.format_of(column, row, value)
+        return format_value(value, fmt) if fmt else _print_safe(str(value))
 
     def to_markdown(self) -> str:
         """A pipe table for `{{< include >}}`: the caption and label live in the chapter."""
         numeric = [all(isinstance(v, (int, float)) for v in self.column(c)) and self.rows for c in self.columns]
         lines = ["| " + " | ".join(map(_print_safe, self.columns)) + " |",
                  "|" + "|".join("---:" if n else ":---" for n in numeric) + "|"]
-        lines += ["| " + " | ".join(self._cell(c, v) for c, v in zip(self.columns, row)) + " |"
-                  for row in self.rows]
+        lines += ["| " + " | ".join(self._cell(c, i, v) for c, v in zip(self.columns, row)) + " |"
+                  for i, row in enumerate(self.rows)]
         return "\n".join(lines) + "\n"
 
     def to_csv(self) -> str:

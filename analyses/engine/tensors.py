@@ -21,6 +21,11 @@ canonical name             shape                          meaning
 ``ln_final.w`` / ``.b``    [d_model]                      GPT-2's final LayerNorm
 ``E_centred.S``            [k]                            top singular values of E_c
 ``E_centred.V``            [d_model, k]                   matching right singular vectors
+``history.steps``          [S]                            snapshot steps of a training run
+``history.W_pos``          [S, n_ctx, d_model]            the position table at each
+``history.E_centred.S/V``  [S, d_model(, d_model)]        E_c's spectrum at each
+``history.train_loss``     [steps]                        loss of each training step
+``history.eval_steps/loss`` [n_eval]                      held-out loss and its steps
 =========================  =============================  ==========================
 
 E_c = E − m 1ᵀ is the token-embedding matrix with each token's mean over its dimensions
@@ -28,6 +33,9 @@ removed (m_t = mean_j E_tj). Its top right singular vectors span the token subsp
 the residual stream. They are computed from `W_E` when the checkpoint holds it; otherwise
 they are read from a rank-k PCA of E_c saved beside the checkpoint (`derived/`), which
 `origin` says, since such a file holds only the top directions.
+
+The `history.*` names exist only for a model this project trained (`engine.training`): they are read from
+`history.safetensors` beside its checkpoint.
 
 Every tensor is checked against the shape the config implies before it is used, and
 for finite values when it is loaded. Weights are raw: nothing is centred or folded
@@ -37,6 +45,7 @@ checkpoint as published.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping
 from functools import cached_property
 from pathlib import Path
@@ -62,6 +71,36 @@ DERIVED_TOKEN_PCA = ("derived/wte_pca500_a.npy", "derived/wte_pca500_b.npy")
 
 
 TOKEN_SUBSPACE = ("E_centred.S", "E_centred.V")
+
+HISTORY_FILE = "history.safetensors"
+"""A trained model's history of training (engine.training writes it)."""
+TRAINING_RECORD = "training_record"
+"""A need that is not a tensor: the provenance record (`training.json`) of a model this project trained."""
+RECORD_FILE = "training.json"
+
+
+def _history_shapes(shape: ModelShape, snapshots: int, steps: int, evals: int) -> dict[str, tuple[int, ...]]:
+    d = shape.d_model
+    return {"history.steps": (snapshots,), "history.W_pos": (snapshots, shape.n_ctx, d),
+            "history.E_centred.S": (snapshots, d), "history.E_centred.V": (snapshots, d, d),
+            "history.train_loss": (steps,), "history.eval_steps": (evals,), "history.eval_loss": (evals,)}
+
+
+def read_history_header(path: Path, shape: ModelShape) -> SafetensorsFile:
+    """The history file, its every name present with the shape the config implies (WeightsError otherwise)."""
+    file = SafetensorsFile(path)
+    header = file.header
+    try:
+        sizes = (header["history.steps"]["shape"][0], header["history.train_loss"]["shape"][0],
+                 header["history.eval_steps"]["shape"][0])
+    except (KeyError, IndexError, TypeError):
+        raise WeightsError(f"{path} is not a training history: it lacks history.steps, history.train_loss "
+                           "or history.eval_steps") from None
+    for name, want in _history_shapes(shape, *sizes).items():
+        got = tuple(header[name]["shape"]) if name in header else None
+        if got != want:
+            raise WeightsError(f"{path}: {name} has shape {list(got) if got else 'none'}, the model implies {list(want)}")
+    return file
 
 
 class Rule(NamedTuple):
@@ -206,6 +245,8 @@ class Tensors(Mapping):
                         f"{shape.name} implies {list(want)}")
         self._directory = directory
         self._derived_files = [directory / f for f in DERIVED_TOKEN_PCA] if directory else []
+        history = directory / HISTORY_FILE if directory else None
+        self._history = read_history_header(history, shape) if history and history.is_file() else None
         self._loaded: dict[str, np.ndarray] = {}
         self._computed: dict[str, np.ndarray] = {}
 
@@ -247,6 +288,8 @@ class Tensors(Mapping):
                     "(the checkpoint here lacks `W_E`)")
         if name in self._rules:
             return f"tensor {', '.join(self._raw[r] for r in self._rules[name].raw)} of {self._file.path.name}"
+        if name in self._history_names():
+            return f"`{HISTORY_FILE}`, the history this project recorded while training the model"
         raise KeyError(name)
 
     def replicate_token_subspace(self) -> tuple[np.ndarray, np.ndarray] | None:
@@ -256,9 +299,22 @@ class Tensors(Mapping):
         others = [f for f in self._derived_files if f.is_file() and f != self._derived_source]
         return read_token_pca(others[0], self._shape.d_model) if others else None
 
+    def _history_names(self) -> tuple[str, ...]:
+        return tuple(self._history.header) if self._history is not None else ()
+
+    def _history_tensor(self, name: str) -> np.ndarray:
+        if name not in self._loaded:
+            data = self._history.load(name)
+            self._loaded[name] = data if name.endswith("steps") else plausible_or_raise(
+                np.asarray(data, dtype=np.float64 if "loss" in name else np.float32), f"{self._history.path}: {name}")
+            self._loaded[name].flags.writeable = False
+        return self._loaded[name]
+
     def __getitem__(self, name: str) -> np.ndarray:
         if name in TOKEN_SUBSPACE and self._has_token_subspace():
             return self._token_subspace()[name]
+        if name in self._history_names():
+            return self._history_tensor(name)
         rule = self._rules[name]
         out = np.ascontiguousarray(rule.convert(*(self._raw_tensor(r) for r in rule.raw)))
         out.flags.writeable = False
@@ -268,12 +324,37 @@ class Tensors(Mapping):
         yield from self._rules
         if self._has_token_subspace():
             yield from TOKEN_SUBSPACE
+        yield from self._history_names()
 
     def __len__(self) -> int:
-        return len(self._rules) + (len(TOKEN_SUBSPACE) if self._has_token_subspace() else 0)
+        return len(self._rules) + (len(TOKEN_SUBSPACE) if self._has_token_subspace() else 0) + len(
+            self._history_names())
 
     def __contains__(self, name) -> bool:
-        return name in self._rules or (name in TOKEN_SUBSPACE and self._has_token_subspace())
+        return name in self._rules or (name in TOKEN_SUBSPACE and self._has_token_subspace()) or (
+            name in self._history_names()) or (name == TRAINING_RECORD and self._record_path() is not None)
+
+    def _record_path(self) -> Path | None:
+        path = self._directory / RECORD_FILE if self._directory is not None else None
+        return path if path is not None and path.is_file() else None
+
+    @cached_property
+    def _record(self) -> dict:
+        path = self._record_path()
+        if path is None:
+            raise KeyError(TRAINING_RECORD)
+        try:
+            record = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise WeightsError(f"{path} is not valid JSON: {exc}") from None
+        if not isinstance(record, dict) or not all(isinstance(record.get(k), dict)
+                                                   for k in ("fingerprint", "corpus", "machine", "run", "final")):
+            raise WeightsError(f"{path} is not a training record (it lacks fingerprint, corpus, machine, run or final)")
+        return record
+
+    def training_record(self) -> dict:
+        """The provenance record of a model this project trained (KeyError `training_record` for any other)."""
+        return self._record
 
     def preload(self, needed: tuple[str, ...]) -> None:
         """Read now the raw tensors and the token subspace behind the names `needed` holds (those this
@@ -282,6 +363,8 @@ class Tensors(Mapping):
             for name in expand(pattern, self._shape.n_layers):
                 if name in TOKEN_SUBSPACE and self._has_token_subspace():
                     self._token_subspace()
+                elif name in self._history_names():
+                    self._history_tensor(name)
                 elif name in self._rules:
                     for raw in self._rules[name].raw:
                         self._raw_tensor(raw)
@@ -315,6 +398,11 @@ class Tensors(Mapping):
 
     def files_used(self, needed: tuple[str, ...]) -> list[Path]:
         """The derived files (beyond the checkpoint) that the named quantities are read from."""
+        files = []
         if self._derived_source is not None and any(n in TOKEN_SUBSPACE for n in needed):
-            return [f for f in self._derived_files if f.is_file()]
-        return []
+            files += [f for f in self._derived_files if f.is_file()]
+        if self._history is not None and any(n.startswith("history.") for n in needed):
+            files.append(self._history.path)
+        if TRAINING_RECORD in needed and self._record_path() is not None:
+            files.append(self._record_path())
+        return files

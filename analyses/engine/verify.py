@@ -102,9 +102,10 @@ def unstable(entry: Path) -> list[str]:
     for name, columns in _read_json(entry / "tables.json").items():
         rows = list(csv.DictReader(io.StringIO((entry / f"{name}.csv").read_text())))
         for column, spec in columns.items():
-            fmt = spec.get("format")
+            formats = spec.get("format")
             for i, (row, accuracy) in enumerate(zip(rows, spec.get("accuracy") or [])):
                 value = _cell(row[column])
+                fmt = formats[i] if isinstance(formats, list) else formats
                 if fmt and isinstance(value, float) and math.isfinite(value) and not printed_stably(
                         value, fmt, _accuracy(accuracy)):
                     found.append(f"{name}[{i + 1}].{column}")

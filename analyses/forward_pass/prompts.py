@@ -37,8 +37,11 @@ LIBRARIES = ("transformers", "tokenizers")
 
 
 def prompt_ids(tensors, shape: ModelShape, n_words: int) -> np.ndarray:
-    """The model's token ids of the text's first `n_words` words, with the model's own special tokens."""
+    """The model's token ids of the text's first `n_words` words, with the model's own special tokens; for a causal
+    model whose context is shorter, its first n_ctx tokens (it reads a prefix exactly as it reads the whole)."""
     ids = tensors.tokenize(prefix(n_words), special_tokens=True)
+    if len(ids) > shape.n_ctx and shape.family == "gpt2":
+        return ids[:shape.n_ctx]
     if len(ids) > shape.n_ctx:
         raise ValueError(f"the prompt of {n_words} words has {len(ids)} tokens; {shape.name} has {shape.n_ctx} positions")
     return ids

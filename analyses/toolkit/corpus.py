@@ -92,18 +92,24 @@ def corpus_inputs() -> dict[str, str]:
     return {f"{PACKAGE} {VERSION} {MODULE}/{FILE}": sha256_file(checked())}
 
 
-def load_corpus(path: Path | None = None) -> Corpus:
-    """The checked corpus, split into the genres of `GENRES`."""
+def read_books(path: Path | None = None) -> dict[str, str]:
+    """{book: its verses in canonical order joined by single spaces} for every book of the checked corpus."""
     verses: dict[str, list[str]] = {}
     with open(checked(path), encoding="utf-8") as f:
         for line in f:
             if line.strip():
                 record = json.loads(line)
                 verses.setdefault(record["book"], []).append(record["text"].strip())
-    lacking = [book for books in GENRES.values() for book in books if book not in verses]
+    return {book: " ".join(texts) for book, texts in verses.items()}
+
+
+def load_corpus(path: Path | None = None) -> Corpus:
+    """The checked corpus, split into the genres of `GENRES`."""
+    books = read_books(path)
+    lacking = [book for names in GENRES.values() for book in names if book not in books]
     if lacking:
         raise CorpusError(f"the corpus file lacks the books {', '.join(lacking)}")
-    return Corpus({genre: tuple((book, " ".join(verses[book])) for book in books) for genre, books in GENRES.items()})
+    return Corpus({genre: tuple((book, books[book]) for book in names) for genre, names in GENRES.items()})
 
 
 def windows(corpus: Corpus, genre: str, tokenize: Callable[[str], np.ndarray], *, length: int, count: int,

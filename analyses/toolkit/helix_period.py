@@ -15,11 +15,19 @@ def principal_coordinates(P: np.ndarray, k: int) -> np.ndarray:
 
 
 EDGE = 100
-"""Positions left out at each end to form the bulk (helix and every analysis that uses its period)."""
+"""Positions left out at each end to form the bulk (helix and every analysis that uses its period), in a context of
+at least 4 × EDGE positions; a shorter context leaves out a quarter at each end (`bulk_edge`)."""
+
+
+def bulk_edge(n_positions: int, edge: int = EDGE) -> int:
+    """The edge a context of `n_positions` uses: `edge`, or a quarter of the context where that is less, so that the
+    bulk always keeps at least half of the positions (GPT-2 and MiniLM: 100; a 256-position model: 64)."""
+    return min(edge, n_positions // 4)
 
 
 def bulk_phase_increments(P: np.ndarray, edge: int) -> np.ndarray:
     """|θ(n+1) − θ(n)| for n in the bulk edge … n_ctx − edge − 1, θ the unwrapped angle of (z1, z2) (radians)."""
+    edge = bulk_edge(len(P), edge)
     Z = principal_coordinates(P, 2)
     theta = np.unwrap(np.arctan2(Z[:, 1], Z[:, 0]))
     increments = np.diff(theta[edge:len(P) - edge])

@@ -1,0 +1,188 @@
+"""Models the report trains itself, as cached jobs: written whole into `models/<name>/`, retrained only on demand.
+
+A trained model's directory holds what transformers' `save_pretrained` writes for a GPT-2 (`config.json`,
+`model.safetensors`, the tokenizer files), so `GPT2LMHeadModel.from_pretrained` and this project's sources both
+load it; `history.safetensors`, its training history (the position table and the token embeddings' centred
+spectrum at each snapshot step, the loss curves); `training.json`, its provenance (recipe, corpus digest, code
+digest, machine, throughput); and `SHA256SUMS` over every other file, which every load checks.
+
+Staleness. The job's fingerprint is the recipe, the corpus file's SHA-256 and the digest of the code that trains
+(`toolkit.training`, the corpus reader, the split and the history's layout). `run` never trains: a stale or missing model is reported by
+`status` and `train`, and only `python -m analyses train` (minutes; the recipe states the budget) replaces it.
+The new directory is built beside the old one and swapped in at once, so an interrupted run leaves the old model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+import analyses
+from analyses.engine.checkpoint import WeightsError, sha256_file
+from analyses.toolkit import corpus, training
+from analyses.toolkit.training import Recipe
+
+MODELS_DIR = Path(analyses.__file__).resolve().parent.parent / "models"
+"""Where trained models are committed: `models/` beside the `analyses` package."""
+HISTORY = "history.safetensors"
+PROVENANCE = "training.json"
+SUMS = "SHA256SUMS"
+
+
+def model_dir(name: str) -> Path:
+    return MODELS_DIR / name
+
+
+def code_digest() -> str:
+    """sha256 over the source of what decides a run's output: the training toolkit, how the corpus is read
+    and split, and how the history is written (not the rest of this module, which only files and reports)."""
+    digest = hashlib.sha256(inspect.getsource(training).encode())
+    for function in (corpus.checked, corpus.read_books, corpus_split, _history_tensors):
+        digest.update(b"\0" + inspect.getsource(function).encode())
+    return digest.hexdigest()
+
+
+def fingerprint(recipe: Recipe) -> dict:
+    """What decides the trained weights: the recipe, the corpus file and the training code."""
+    import torch
+    import transformers
+
+    return {"recipe": recipe.as_dict(), "corpus": corpus.corpus_inputs(), "code": code_digest(),
+            "libraries": {"torch": torch.__version__, "transformers": transformers.__version__}}
+
+
+def read_provenance(directory: Path) -> dict:
+    path = directory / PROVENANCE
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise WeightsError(f"{directory} has no {PROVENANCE}: train it with `python -m analyses train`") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise WeightsError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(record, dict) or not isinstance(record.get("fingerprint"), dict):
+        raise WeightsError(f"{path} is not a training record (no fingerprint)")
+    return record
+
+
+def state(name: str, recipe: Recipe) -> str:
+    """'fresh', 'missing', or 'stale: <why>' for a trained model against its recipe and the current code."""
+    directory = model_dir(name)
+    if not (directory / PROVENANCE).is_file():
+        return "missing"
+    recorded = read_provenance(directory)["fingerprint"]
+    current = fingerprint(recipe)
+    changed = [key for key in current if recorded.get(key) != current[key]]
+    return "fresh" if not changed else f"stale: its {', '.join(changed)} changed"
+
+
+def _machine(threads: int, device: str) -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": threads, "device": device,
+            "matmul_flops": training.matmul_rate(threads)}
+
+
+def _history_tensors(result: dict) -> dict[str, np.ndarray]:
+    snaps = result["snapshots"]
+    return {"history.steps": np.array([s.step for s in snaps], dtype=np.int64),
+            "history.W_pos": np.stack([s.W_pos for s in snaps]).astype(np.float32),
+            "history.E_centred.S": np.stack([s.E_S for s in snaps]).astype(np.float32),
+            "history.E_centred.V": np.stack([s.E_V for s in snaps]).astype(np.float32),
+            "history.train_loss": result["train_loss"].astype(np.float32),
+            "history.eval_steps": result["eval_steps"],
+            "history.eval_loss": result["eval_loss"].astype(np.float32)}
+
+
+def corpus_split(recipe: Recipe) -> tuple[list[str], list[str], list[str]]:
+    """(training books, their texts, held-out texts): every book of the corpus in canonical order, the
+    recipe's held-out books set aside."""
+    books = corpus.read_books()
+    lacking = [b for b in recipe.held_out if b not in books]
+    if lacking:
+        raise corpus.CorpusError(f"the held-out books {', '.join(lacking)} are not in the corpus")
+    names = [b for b in books if b not in recipe.held_out]
+    return names, [books[b] for b in names], [books[b] for b in recipe.held_out]
+
+
+def train(name: str, recipe: Recipe, progress: bool = True) -> Path:
+    """Train `name` by `recipe` and swap the finished directory into `models/<name>`; returns the directory."""
+    import torch
+    from safetensors.numpy import save_file
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    names, texts, held_texts = corpus_split(recipe)
+    tokenizer = training.train_tokenizer(texts, recipe.vocab_size)
+    stream, held_out = training.token_stream(tokenizer, texts), training.token_stream(tokenizer, held_texts)
+    eot = tokenizer.convert_tokens_to_ids(training.END_OF_TEXT)
+    machine = _machine(recipe.threads, device)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=recipe.steps, desc=f"training {name}", unit="step", file=sys.stderr)
+
+    def report(step: int, loss: float, rate: float) -> None:
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}", refresh=False)
+
+    result = training.train(recipe, stream, held_out, eot, progress=report if bar else None, device=device)
+    if bar is not None:
+        bar.close()
+    final = model_dir(name)
+    MODELS_DIR.mkdir(parents=True, exist_ok=True)
+    new = Path(tempfile.mkdtemp(dir=MODELS_DIR, prefix=f".new-{name}."))
+    try:
+        result["model"].save_pretrained(new, safe_serialization=True)
+        tokenizer.save_pretrained(new)
+        save_file(_history_tensors(result), str(new / HISTORY))
+        seconds = result["seconds"]
+        tokens = recipe.steps * recipe.tokens_per_step
+        flops = training.flops_per_token(recipe)
+        files = sorted(p.name for p in new.iterdir() if p.is_file())
+        record = {
+            "name": name, "fingerprint": fingerprint(recipe),
+            "corpus": {"package": corpus.PACKAGE, "version": corpus.VERSION, "file": f"{corpus.MODULE}/{corpus.FILE}",
+                       "sha256": corpus.SHA256, "licence": corpus.LICENCE, "training_books": names,
+                       "held_out_books": list(recipe.held_out), "training_tokens": int(len(stream)),
+                       "held_out_tokens": int(len(held_out))},
+            "machine": machine,
+            "run": {"seconds": seconds, "tokens": tokens, "tokens_per_second": tokens / seconds,
+                    "flops_per_token": flops, "matmul_parameters": training.matmul_parameters(recipe),
+                    "parameters": int(sum(p.numel() for p in result["model"].parameters())),
+                    "utilisation": flops * tokens / seconds / machine["matmul_flops"]},
+            "final": {"train_loss_last_100": float(np.mean(result["train_loss"][-100:])),
+                      "held_out_loss": float(result["eval_loss"][-1])},
+            "files": {f: sha256_file(new / f) for f in files},
+        }
+        (new / PROVENANCE).write_text(json.dumps(record, indent=1) + "\n")
+        sums = {f: sha256_file(new / f) for f in sorted(p.name for p in new.iterdir() if p.is_file())}
+        (new / SUMS).write_text("".join(f"{digest}  {f}\n" for f, digest in sums.items()))
+        for path in new.iterdir():
+            path.chmod(0o644)
+        new.chmod(0o755)
+        if final.exists():
+            old = Path(tempfile.mkdtemp(dir=MODELS_DIR, prefix=f".old-{name}."))
+            final.rename(old / name)
+            new.rename(final)
+            shutil.rmtree(old)
+        else:
+            new.rename(final)
+    except BaseException:
+        shutil.rmtree(new, ignore_errors=True)
+        raise
+    return final

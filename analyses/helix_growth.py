@@ -1,0 +1,320 @@
+"""Growing a helix: how the position table of a GPT-2 the report trained itself takes shape over training.
+
+For each snapshot P_s of the position table (step s of the run; `history.*` tensors), with X_s = P_s centred
+over positions:
+
+* the share of the top three principal components, Σ_{i≤3} σ_i² / Σ σ_i² of X_s, against the same share for
+  Gaussian matrices of the same shape (`n_null` seeded draws: i.i.d. entries have no low-rank structure, and the
+  share does not depend on their scale);
+* the helix period (`toolkit.helix_period`, the definition every chapter cites) over the bulk of the context;
+* the Toeplitz share τ of the Gram matrix X_s X_sᵀ (`toolkit.gram`), against the same Gaussian draws;
+* the row-norm profile ‖p_n‖ and the share of ‖P_s‖² in the token embeddings' top-k centred directions at the
+  same step, divided by the share k/D a random k-dimensional subspace holds on average (its enrichment);
+* the held-out loss at the same step.
+
+Three times summarise a run: the onset of structure, the first snapshot from which on every snapshot's top-3
+share exceeds the largest share among the Gaussian draws (the first detectable structure); the structure's
+half-way step, the first snapshot whose top-3 share has covered half of its rise from the initialisation to the
+end; and the loss's half-way step, the first evaluation at which the held-out loss has fallen by half of its
+total fall over the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from analyses.engine.registry import register
+from analyses.engine.results import COUNT_SHARE, EXACT, Accuracy, Number, Result, Table, Text
+from analyses.engine.shapes import ModelShape
+from analyses.engine.tensors import TRAINING_RECORD
+from analyses.toolkit import plotting
+from analyses.toolkit.gram import toeplitz_share
+from analyses.toolkit.helix_period import EDGE, bulk_edge, helix_period, principal_coordinates
+from analyses.toolkit.linalg import explained_variance_ratio
+from analyses.toolkit.subspaces import energy_fraction
+
+HISTORY = ("history.steps", "history.W_pos", "history.E_centred.S", "history.E_centred.V", "history.train_loss",
+           "history.eval_steps", "history.eval_loss")
+RECORDED = Accuracy(basis="exact: read from the committed training record, not recomputed")
+
+
+def top_share(P: np.ndarray, k: int) -> float:
+    """Σ_{i≤k} of the explained-variance ratios of P's rows (centred over positions)."""
+    return float(explained_variance_ratio(P)[:k].sum())
+
+
+def gaussian_null(shape: tuple[int, int], k: int, n_draws: int, seed: int) -> np.ndarray:
+    """[n_draws, 2]: (top-k share, Toeplitz share) of i.i.d. standard Gaussian matrices of `shape`, centred."""
+    rng = np.random.default_rng(seed)
+    out = np.empty((n_draws, 2))
+    for i in range(n_draws):
+        X = rng.standard_normal(shape)
+        out[i] = top_share(X, k), toeplitz_share(X - X.mean(axis=0))
+    return out
+
+
+def onset_index(values: np.ndarray, threshold: float) -> int | None:
+    """The first index from which on every value exceeds `threshold` (None when the last one does not)."""
+    above = values > threshold
+    if not above[-1]:
+        return None
+    below = np.flatnonzero(~above)
+    return int(below[-1] + 1) if below.size else 0
+
+
+def half_way_index(values: np.ndarray) -> int:
+    """The first index at which `values` have covered at least half of their change from the first to the last
+    value (a fall for a loss, a rise for a share)."""
+    values = np.asarray(values, dtype=np.float64) * np.sign(values[0] - values[-1])
+    return int(np.flatnonzero(values <= values[0] - 0.5 * (values[0] - values[-1]))[0])
+
+
+def trajectory(history: Mapping[str, np.ndarray], k: int, token_k: int, edge: int) -> dict[str, np.ndarray]:
+    """Per snapshot: top-k share, helix period, Toeplitz share, row norms and token-subspace enrichment."""
+    W = np.asarray(history["history.W_pos"], dtype=np.float64)
+    V = np.asarray(history["history.E_centred.V"], dtype=np.float64)
+    D = W.shape[2]
+    share, period, tau, enrichment = (np.empty(len(W)) for _ in range(4))
+    for s, P in enumerate(W):
+        share[s] = top_share(P, k)
+        period[s] = helix_period(P, edge)
+        tau[s] = toeplitz_share(P - P.mean(axis=0))
+        enrichment[s] = energy_fraction(P, V[s][:, :token_k], side="output") / (token_k / D)
+    return {"share": share, "period": period, "toeplitz": tau, "enrichment": enrichment,
+            "norms": np.linalg.norm(W, axis=2)}
+
+
+def helix_growth(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, k: int, token_k: int, edge: int,
+                 n_null: int, seed: int, shown: int) -> Result:
+    """The trajectory of the position table's structure over training, with its Gaussian nulls and the loss."""
+    steps = np.asarray(tensors["history.steps"])
+    eval_steps, eval_loss = np.asarray(tensors["history.eval_steps"]), np.asarray(tensors["history.eval_loss"])
+    lookup = {int(s): i for i, s in enumerate(eval_steps)}
+    if any(int(s) not in lookup for s in steps):
+        raise ValueError("every snapshot step must have a held-out loss in the history")
+    loss = eval_loss[[lookup[int(s)] for s in steps]]
+    t = trajectory(tensors, k, token_k, edge)
+    null = gaussian_null(tuple(tensors["history.W_pos"].shape[1:]), k, n_null, seed)
+    share_max, tau_max = null.max(axis=0)
+    onset = onset_index(t["share"], share_max)
+    half, formed = half_way_index(eval_loss), half_way_index(t["share"])
+    last = len(steps) - 1
+    numbers = {
+        "k": Number(k, "d", "principal components in the share"),
+        "token_k": Number(token_k, "d", "token directions in the enrichment"),
+        "n_snapshots": Number(len(steps), "d", "snapshots of the position table"),
+        "n_null": Number(n_null, "d", "Gaussian matrices in the null"),
+        "edge": Number(bulk_edge(shape.n_ctx, edge), "d", "positions left out at each end for the helix period"),
+        "bulk_last": Number(shape.n_ctx - bulk_edge(shape.n_ctx, edge) - 1, "d", "last position of the period's bulk"),
+        "share_init": Number(t["share"][0], ".1%", "top-k share at initialisation"),
+        "share_final": Number(t["share"][last], ".1%", "top-k share at the last step"),
+        "null_share_max": Number(float(share_max), ".1%", "largest top-k share of the Gaussian draws"),
+        "null_share_mean": Number(float(null[:, 0].mean()), ".1%", "mean top-k share of the Gaussian draws"),
+        "toeplitz_init": Number(t["toeplitz"][0], ".0%", "Toeplitz share at initialisation"),
+        "toeplitz_final": Number(t["toeplitz"][last], ".0%", "Toeplitz share at the last step"),
+        "null_toeplitz_max": Number(float(tau_max), ".0%", "largest Toeplitz share of the Gaussian draws"),
+        "null_toeplitz_min": Number(float(null[:, 1].min()), ".0%", "smallest Toeplitz share of the Gaussian draws"),
+        "toeplitz_min": Number(float(t["toeplitz"].min()), ".0%", "smallest Toeplitz share over training"),
+        "toeplitz_min_step": Number(int(steps[int(np.argmin(t["toeplitz"]))]), "d", "the step where it is smallest"),
+        "period_final": Number(t["period"][last], ".0f", "helix period at the last step (tokens per turn)"),
+        "enrichment_init": Number(t["enrichment"][0], ".2f", "token-subspace enrichment at initialisation"),
+        "enrichment_final": Number(t["enrichment"][last], ".2f", "token-subspace enrichment at the last step"),
+        "enrichment_max": Number(float(t["enrichment"].max()), ".2f", "largest token-subspace enrichment"),
+        "enrichment_max_step": Number(int(steps[int(np.argmax(t["enrichment"]))]), "d",
+                                      "step of the largest token-subspace enrichment"),
+        "norm_first_over_median_final": Number(float(t["norms"][last, 0] / np.median(t["norms"][last])), ".2f",
+                                               "row 0's norm over the median row norm, last step"),
+        "loss_init": Number(float(eval_loss[0]), ".2f", "held-out loss at initialisation (nats)"),
+        "loss_final": Number(float(eval_loss[-1]), ".2f", "held-out loss at the last step (nats)"),
+        "loss_half_step": Number(int(eval_steps[half]), "d", "first step with half of the held-out loss's fall"),
+        "loss_at_half": Number(float(eval_loss[half]), ".2f", "held-out loss at that step"),
+        "share_half_step": Number(int(steps[formed]), "d", "first step with half of the top-k share's rise"),
+        "share_at_half": Number(t["share"][formed], ".1%", "top-k share at that step"),
+        "loss_at_share_half": Number(float(loss[formed]), ".2f", "held-out loss at that step (nats)"),
+        "share_half_vs_loss_half": Text(_order(int(steps[formed]), int(eval_steps[half])),
+                                        "whether the structure is half-formed before, at or after the loss's half-way"),
+        "share_before_formed": Number(t["share"][formed - 1] if formed else t["share"][0], ".1%",
+                                      "top-k share at the snapshot before that step"),
+        "step_before_formed": Number(int(steps[formed - 1]) if formed else 0, "d", "the snapshot before that step"),
+    }
+    if onset is None:
+        numbers["onset"] = Text("none", "no snapshot from which on the top-k share stays above the null")
+    else:
+        numbers |= {"onset_step": Number(int(steps[onset]), "d", "onset of low-rank structure (step)"),
+                    "onset_loss": Number(float(loss[onset]), ".2f", "held-out loss at the onset"),
+                    "onset_share": Number(t["share"][onset], ".1%", "top-k share at the onset"),
+                    "onset_vs_half": Text(_order(int(steps[onset]), int(eval_steps[half])),
+                                          "whether the onset comes before, at or after the loss's half-way step")}
+    rows = tuple((int(s), float(loss[i]), t["share"][i], t["toeplitz"][i], t["enrichment"][i],
+                  t["period"][i] if onset is not None and i >= onset else "—") for i, s in enumerate(steps))
+    table = Table(("step", "held-out loss", f"top-{k} share", "Toeplitz share", "token enrichment",
+                   "helix period"), rows,
+                  formats={"held-out loss": ".2f", f"top-{k} share": ".1%", "Toeplitz share": ".0%",
+                           "token enrichment": ".2f", "helix period": ".0f"})
+    picks = np.unique(np.round(np.linspace(0, last, shown)).astype(int))
+    coordinates = np.stack([principal_coordinates(np.asarray(tensors["history.W_pos"][i], dtype=np.float64), 2)
+                            for i in range(len(steps))])
+    arrays = {"steps": steps, "loss": loss, "eval_steps": eval_steps, "eval_loss": eval_loss,
+              "train_loss": np.asarray(tensors["history.train_loss"]), "null": null, "picks": picks,
+              "coordinates": coordinates, **t}
+    return Result(numbers, {"trajectory": table}, arrays, {"coordinates": _SIGNS, "picks": EXACT})
+
+
+def _order(a: int, b: int) -> str:
+    return "before" if a < b else "at" if a == b else "after"
+
+
+_SIGNS = Accuracy(rel=1e-9, basis="float64 principal coordinates, each axis signed by its largest entry")
+
+
+def training_run(tensors, shape: ModelShape) -> Result:
+    """The committed run's recipe, corpus, machine, throughput and losses, cited from its training record."""
+    record = tensors.training_record()
+    recipe, corpus, machine, run = (record["fingerprint"]["recipe"], record["corpus"], record["machine"],
+                                    record["run"])
+    numbers = {f"recipe_{key}": Number(value, "d" if isinstance(value, int) else "g", f"recipe: {key}", RECORDED)
+               for key, value in recipe.items() if isinstance(value, (int, float)) and not isinstance(value, bool)}
+    numbers |= {
+        "beta1": Number(recipe["betas"][0], "g", "AdamW β₁", RECORDED),
+        "beta2": Number(recipe["betas"][1], "g", "AdamW β₂", RECORDED),
+        "held_out_books": Text(", ".join(recipe["held_out"]), "books held out of training"),
+        "training_books": Number(len(corpus["training_books"]), "d", "books trained on"),
+        "training_tokens": Number(corpus["training_tokens"], ",d", "tokens of training text"),
+        "held_out_tokens": Number(corpus["held_out_tokens"], ",d", "tokens of held-out text"),
+        "corpus_sha256": Text(corpus["sha256"], "SHA-256 of the corpus file"),
+        "code_sha256": Text(record["fingerprint"]["code"], "SHA-256 of the training code"),
+        "torch": Text(record["fingerprint"]["libraries"]["torch"], "torch version of the run"),
+        "cpu": Text(machine["cpu"], "processor of the run"),
+        "device": Text(machine["device"], "device the run used"),
+        "threads": Number(machine["threads"], "d", "threads of the run", RECORDED),
+        "minutes": Number(run["seconds"] / 60, ".1f", "wall time of the run (minutes)", RECORDED),
+        "tokens": Number(run["tokens"], ",d", "tokens seen in training", RECORDED),
+        "epochs": Number(run["tokens"] / corpus["training_tokens"], ".1f", "passes over the training text", RECORDED),
+        "tokens_per_second": Number(run["tokens_per_second"], ",.0f", "training throughput", RECORDED),
+        "parameters": Number(run["parameters"], ",d", "parameters of the model", RECORDED),
+        "flops_per_token": Number(run["flops_per_token"], ",d", "training FLOPs per token (6N + 6 L T d)", RECORDED),
+        "matmul_gflops": Number(machine["matmul_flops"] / 1e9, ".0f", "measured float32 matmul rate (GFLOP/s)",
+                                RECORDED),
+        "utilisation": Number(run["utilisation"], ".0%", "training FLOP rate over the matmul rate", RECORDED),
+        "train_loss_final": Number(record["final"]["train_loss_last_100"], ".2f",
+                                   "mean training loss of the last 100 steps (nats)", RECORDED),
+    }
+    return Result(numbers)
+
+
+def plot_trajectory(result: Result, shape: ModelShape):
+    """Top-3 share, Toeplitz share, token enrichment and held-out loss against the training step (log x)."""
+    a = result.arrays
+    steps = np.maximum(a["steps"], 1)
+    fig, axes = plotting.subplots(2, 2, figsize=(plotting.MAX_WIDTH, 5.0), sharex=True)
+    panels = ((axes[0, 0], "share", f"top-{result.numbers['k'].text} share", a["null"][:, 0]),
+              (axes[0, 1], "toeplitz", "Toeplitz share τ", a["null"][:, 1]),
+              (axes[1, 0], "enrichment", "token-subspace energy / chance", None))
+    formed, half = result.numbers["share_half_step"].value, result.numbers["loss_half_step"].value
+    for ax, key, label, null in panels:
+        ax.plot(steps, a[key], marker="o", ms=3, color="C0")
+        if null is not None:
+            ax.axhspan(null.min(), null.max(), color="0.85", label="Gaussian null (range)")
+            ax.legend(loc="upper left", fontsize=plotting.MIN_FONT)
+        if key == "enrichment":
+            ax.axhline(1.0, color="0.5", lw=0.8, ls="--")
+        ax.set_ylabel(label)
+    ax = axes[1, 1]
+    ax.plot(np.maximum(np.arange(1, len(a["train_loss"]) + 1), 1), a["train_loss"], color="0.7", lw=0.5,
+            label="training")
+    ax.plot(np.maximum(a["eval_steps"], 1), a["eval_loss"], color="C1", label="held-out")
+    ax.set_ylabel("loss (nats)")
+    ax.legend(loc="upper right", fontsize=plotting.MIN_FONT)
+    for ax in axes.flat:
+        ax.set_xscale("log")
+        ax.axvline(formed, color="C3", lw=0.8, ls=":")
+        ax.axvline(half, color="0.4", lw=0.8, ls="--")
+    for ax in axes[1]:
+        ax.set_xlabel("training step (log; step 0 drawn at 1)")
+    fig.suptitle(f"{shape.name} over training. Dotted: the top-3 share half-formed; dashed: the held-out loss "
+                 "half-fallen", fontsize=plotting.MIN_FONT + 1)
+    return fig
+
+
+def plot_snapshots(result: Result, shape: ModelShape):
+    """PC1 against PC2 of the position table at a few snapshots, coloured by position."""
+    a = result.arrays
+    picks = a["picks"]
+    cols = 4
+    rows = int(np.ceil(len(picks) / cols))
+    fig, axes = plotting.subplots(rows, cols, figsize=(plotting.MAX_WIDTH, 1.75 * rows + 0.6))
+    n = np.arange(a["coordinates"].shape[1])
+    for ax, i in zip(np.ravel(axes), picks):
+        Z = a["coordinates"][i]
+        ax.plot(Z[:, 0], Z[:, 1], color="0.8", lw=0.5)
+        ax.scatter(Z[:, 0], Z[:, 1], c=n, cmap=plotting.POSITION, s=3)
+        ax.set_title(f"step {int(a['steps'][i]):,}", fontsize=plotting.MIN_FONT + 1)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_aspect("equal", adjustable="datalim")
+    for ax in np.ravel(axes)[len(picks):]:
+        ax.set_axis_off()
+    fig.suptitle(f"{shape.name}: PC1 (across) against PC2 (up); colour: position 0 (dark) to {len(n) - 1}",
+                 fontsize=plotting.MIN_FONT + 1)
+    return fig
+
+
+def plot_norms(result: Result, shape: ModelShape):
+    """The row-norm profile ‖p_n‖ at each snapshot, coloured by step."""
+    a = result.arrays
+    fig, ax = plotting.subplots(figsize=(plotting.MAX_WIDTH, 3.2))
+    colours = plotting.pyplot().get_cmap(plotting.SEQUENTIAL)(np.linspace(0, 1, len(a["steps"])))
+    for norms, colour, step in zip(a["norms"], colours, a["steps"]):
+        ax.plot(norms, color=colour, lw=0.8, label=f"{int(step):,}" if step in a["steps"][a["picks"]] else None)
+    ax.set_yscale("log")
+    ax.set_xlabel("position")
+    ax.set_ylabel("row norm ‖p_n‖ (log)")
+    ax.legend(title="step", ncols=4, fontsize=plotting.MIN_FONT, title_fontsize=plotting.MIN_FONT, loc="upper right")
+    ax.set_title(f"{shape.name}: row norms of the position table over training")
+    return fig
+
+
+def growth_slider_html(result: Result, shape: ModelShape) -> str:
+    """A markdown fragment: PC1 against PC2 of every snapshot behind a slider (plotly; deterministic bytes)."""
+    import re
+
+    import plotly.graph_objects as go
+
+    a = result.arrays
+    n = np.arange(a["coordinates"].shape[1])
+    fig = go.Figure()
+    for i, step in enumerate(a["steps"]):
+        Z = np.round(a["coordinates"][i], 4)
+        fig.add_trace(go.Scatter(x=Z[:, 0], y=Z[:, 1], mode="lines+markers", visible=i == len(a["steps"]) - 1,
+                                 text=[f"position {p}" for p in n], hoverinfo="text",
+                                 line={"color": "rgb(200,200,200)", "width": 1},
+                                 marker={"size": 4, "color": n, "colorscale": "Plasma",
+                                         "colorbar": {"title": {"text": "position"}}},
+                                 name=f"step {int(step)}"))
+    steps = [{"method": "update", "label": f"{int(s):,}",
+              "args": [{"visible": [j == i for j in range(len(a["steps"]))]},
+                       {"title": {"text": f"{shape.name}, step {int(s):,}: held-out loss {a['loss'][i]:.2f}, "
+                                          f"top-3 share {a['share'][i]:.1%}"}}]}
+             for i, s in enumerate(a["steps"])]
+    last = len(a["steps"]) - 1
+    fig.update_layout(sliders=[{"active": last, "steps": steps, "currentvalue": {"prefix": "step "}, "pad": {"t": 40}}],
+                      title={"text": steps[last]["args"][1]["title"]["text"]},
+                      xaxis={"title": {"text": "PC1"}}, yaxis={"title": {"text": "PC2"}, "scaleanchor": "x"},
+                      height=560, margin={"l": 10, "r": 10, "t": 50, "b": 40}, showlegend=False,
+                      template="plotly_white")
+    div_id = "growth-" + re.sub(r"[^a-z0-9]+", "-", shape.name.lower()).strip("-")
+    html = fig.to_html(full_html=False, include_plotlyjs="_assets/plotly.min.js", div_id=div_id)
+    return f"```{{=html}}\n{html}\n```\n"
+
+
+register(
+    "helix_growth", "How the position table forms over training", helix_growth,
+    needs=HISTORY, params={"k": 3, "token_k": 10, "edge": EDGE, "n_null": 50, "seed": 0, "shown": 8},
+    figures={"trajectory": plot_trajectory, "snapshots": plot_snapshots, "norms": plot_norms},
+    files={"growth_slider.md": growth_slider_html}, groups=("position table",),
+)
+
+register("training_run", "The training run of a model the report trained", training_run, needs=(TRAINING_RECORD,),
+         groups=("position table",))

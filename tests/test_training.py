@@ -1,0 +1,196 @@
+"""The models the report trains itself: the recipe's closed forms, the committed checkpoints (their digests, that
+transformers and the project load them alike), a rerun of the first steps from the seed, and the `train` job."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analyses.engine import training
+from analyses.engine.checkpoint import WeightsError, sha256_file
+from analyses.engine.sources import MODELS, open_source, read_sums
+from analyses.engine.tensors import HISTORY_FILE, read_history_header
+from analyses.toolkit import training as recipe_toolkit
+from analyses.toolkit.training import Recipe, flops_per_token, learning_rate
+
+TRAINED = [m for m in MODELS.values() if m.recipe is not None]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------------------------------------- the recipe
+
+
+def test_the_learning_rate_warms_up_linearly_and_falls_along_a_cosine_to_zero():
+    r = Recipe(steps=1100, warmup=100, peak_lr=1e-3)
+    assert learning_rate(r, 1) == pytest.approx(1e-5)
+    assert learning_rate(r, 50) == pytest.approx(5e-4)
+    assert learning_rate(r, 100) == pytest.approx(1e-3)
+    assert learning_rate(r, 600) == pytest.approx(5e-4)  # half-way through the cosine
+    assert learning_rate(r, 1100) == pytest.approx(0.0, abs=1e-18)
+    assert all(learning_rate(r, s) >= learning_rate(r, s + 1) for s in range(100, 1100))
+
+
+def test_flops_per_token_is_six_n_plus_the_attention_term():
+    r = Recipe(vocab_size=1000, d_model=64, n_layers=2, n_ctx=128)
+    n = 2 * 12 * 64**2 + 1000 * 64
+    assert flops_per_token(r) == 6 * n + 6 * 2 * 128 * 64
+
+
+def test_snapshot_steps_start_at_the_initialisation_and_end_at_the_last_step():
+    r = Recipe(steps=3000, snapshots=20, first_snapshot=10)
+    steps = r.snapshot_steps()
+    assert steps[0] == 0 and steps[1] == 10 and steps[-1] == 3000
+    assert len(steps) == 21 and np.all(np.diff(steps) > 0)
+    ratios = steps[2:] / steps[1:-1]  # log-spaced: a constant ratio up to rounding
+    assert np.allclose(ratios, (3000 / 10) ** (1 / 19), rtol=0.1)
+    assert set(steps) <= set(r.eval_steps())
+
+
+def test_a_fresh_model_has_the_recipes_shape_and_position_noise():
+    r = Recipe(seed=3)
+    model = recipe_toolkit.build_model(r, eot=0)
+    wpe = model.transformer.wpe.weight.detach().numpy()
+    assert wpe.shape == (r.n_ctx, r.d_model)
+    assert wpe.std() == pytest.approx(r.position_init_std, rel=0.05)
+    assert model.transformer.wte.weight.data_ptr() == model.lm_head.weight.data_ptr()  # tied head
+    again = recipe_toolkit.build_model(r, eot=0).transformer.wpe.weight.detach().numpy()
+    np.testing.assert_array_equal(wpe, again)  # the seed fixes the initialisation
+
+
+# ----------------------------------------------------------------------------------- the committed models
+
+
+def _directory(spec) -> Path:
+    directory = training.model_dir(spec.name)
+    if not (directory / "model.safetensors").is_file():
+        pytest.fail(f"{spec.name} is not committed at {directory}")
+    return directory
+
+
+@pytest.mark.parametrize("spec", TRAINED, ids=lambda s: s.name)
+def test_the_committed_model_matches_its_checksums_and_record(spec):
+    directory = _directory(spec)
+    sums = read_sums(directory / training.SUMS)
+    files = sorted(p.name for p in directory.iterdir() if p.is_file() and p.name != training.SUMS)
+    assert sorted(sums) == files
+    assert all(sha256_file(directory / f) == digest for f, digest in sums.items())
+    record = json.loads((directory / training.PROVENANCE).read_text())
+    assert record["fingerprint"]["recipe"] == spec.recipe.as_dict()
+    assert all(sums[f] == digest for f, digest in record["files"].items())
+    assert training.state(spec.name, spec.recipe) == "fresh"
+
+
+def test_the_committed_models_fit_the_size_budget():
+    total = sum(p.stat().st_size for spec in TRAINED for p in _directory(spec).iterdir())
+    assert total < 20 * 2**20
+
+
+@pytest.mark.parametrize("spec", TRAINED, ids=lambda s: s.name)
+def test_transformers_and_the_project_load_the_same_model(spec):
+    """GPT2LMHeadModel.from_pretrained gives the logits that the project's numpy forward pass computes."""
+    import torch
+    from transformers import AutoTokenizer, GPT2LMHeadModel
+
+    from analyses.toolkit.forward import forward, lm_logits
+
+    directory = _directory(spec)
+    model = GPT2LMHeadModel.from_pretrained(directory).eval()
+    ids = AutoTokenizer.from_pretrained(directory)("In the beginning God created the heaven and the earth.")["input_ids"]
+    with torch.no_grad():
+        expected = model(torch.tensor([ids])).logits[0].double().numpy()
+    source = open_source(spec.name)
+    h = forward(source.tensors, source.shape, np.array([ids])).hidden[-1]
+    got = lm_logits(source.tensors, source.shape, h)[0]
+    np.testing.assert_allclose(got, expected, atol=1e-3 * np.abs(expected).max())
+    history = source.tensors["history.W_pos"]
+    np.testing.assert_array_equal(history[-1], source.tensors["W_pos"])  # the last snapshot is the final table
+
+
+def test_the_first_steps_rerun_from_the_seed_give_the_recorded_losses_and_positions():
+    """Ten steps retrained from the seed (tokenizer included): losses within 1e-4 relative; position entries
+    within 2 Σ lr of the recorded ones (Adam's first updates are ±lr where a gradient is rounding noise) and all but
+    a thousandth of them within 1e-5. On the machine that trained the model the rerun is bit for bit the same."""
+    spec = MODELS["kjv-gpt2"]
+    directory = _directory(spec)
+    source = open_source(spec.name)
+    steps = 10
+    names, texts, held = training.corpus_split(spec.recipe)
+    tokenizer = recipe_toolkit.train_tokenizer(texts, spec.recipe.vocab_size)
+    committed = json.loads((directory / "tokenizer.json").read_text())
+    assert json.loads(tokenizer.backend_tokenizer.to_str())["model"] == committed["model"]
+    stream = recipe_toolkit.token_stream(tokenizer, texts)
+    result = recipe_toolkit.train(spec.recipe, stream, recipe_toolkit.token_stream(tokenizer, held),
+                                  tokenizer.convert_tokens_to_ids(recipe_toolkit.END_OF_TEXT), stop_after=steps)
+    np.testing.assert_allclose(result["train_loss"], source.tensors["history.train_loss"][:steps], rtol=1e-4)
+    recorded = source.tensors["history.W_pos"][list(source.tensors["history.steps"]).index(steps)]
+    diff = np.abs(result["snapshots"][-1].W_pos - recorded)
+    bound = 2 * sum(learning_rate(spec.recipe, s) for s in range(1, steps + 1))
+    assert diff.max() <= bound and np.mean(diff > 1e-5) < 1e-3
+
+
+# ----------------------------------------------------------------------------------------- files and errors
+
+
+def _copy(spec, tmp_path: Path) -> Path:
+    target = tmp_path / spec.name
+    shutil.copytree(_directory(spec), target)
+    return target
+
+
+def test_a_changed_recipe_or_code_makes_the_model_stale(tmp_path, monkeypatch):
+    spec = MODELS["kjv-gpt2"]
+    _copy(spec, tmp_path)
+    monkeypatch.setattr(training, "MODELS_DIR", tmp_path)
+    assert training.state(spec.name, spec.recipe) == "fresh"
+    assert training.state(spec.name, dataclasses.replace(spec.recipe, steps=10)) == "stale: its recipe changed"
+    monkeypatch.setattr(training, "code_digest", lambda: "0" * 64)
+    assert training.state(spec.name, spec.recipe) == "stale: its code changed"
+    assert training.state("never-trained", spec.recipe) == "missing"
+
+
+def test_a_truncated_history_or_record_is_one_clear_error(tmp_path):
+    spec = MODELS["kjv-gpt2"]
+    directory = _copy(spec, tmp_path)
+    source = open_source(spec.name)
+    history = directory / HISTORY_FILE
+    history.write_bytes(history.read_bytes()[:1000])
+    with pytest.raises(WeightsError, match="truncated"):
+        read_history_header(history, source.shape)
+    (directory / training.PROVENANCE).write_text("{")
+    with pytest.raises(WeightsError, match="not valid JSON"):
+        training.read_provenance(directory)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "analyses", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_train_refuses_a_model_it_does_not_train_and_leaves_a_fresh_one_alone():
+    refused = _cli("train", "--model", "gpt2")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "not trained by this project" in refused.stderr
+    before = {spec.name: sha256_file(_directory(spec) / "model.safetensors") for spec in TRAINED}
+    fresh = _cli("train", "--quiet")
+    assert fresh.returncode == 0, fresh.stderr
+    assert all("fresh" in line for line in fresh.stdout.splitlines())
+    assert before == {spec.name: sha256_file(_directory(spec) / "model.safetensors") for spec in TRAINED}
+
+
+def test_the_control_runs_only_the_analyses_of_the_position_table():
+    from analyses.engine.pipeline import plan
+    from analyses.engine.registry import all_analyses, group
+
+    analyses = list(all_analyses().values())
+    control = [job.analysis.name for job in plan(analyses, [MODELS["kjv-gpt2-seed1"]]) if job.scope != "common"]
+    assert sorted(control) == sorted(group("position table"))
+    assert {"helix_growth", "training_run", "helix", "low_rank"} <= set(control)
+    main = [job.analysis.name for job in plan(analyses, [MODELS["kjv-gpt2"]]) if job.scope != "common"]
+    assert len(main) == sum(a.scope == "model" for a in analyses)
