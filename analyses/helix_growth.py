@@ -233,8 +233,7 @@ def plot_trajectory(result: Result, shape: ModelShape):
         ax.axvline(half, color="0.4", lw=0.8, ls="--")
     for ax in axes[1]:
         ax.set_xlabel("training step (log; step 0 drawn at 1)")
-    fig.suptitle(f"{shape.name} over training. Dotted: the top-3 share half-formed; dashed: the held-out loss "
-                 "half-fallen", fontsize=plotting.MIN_FONT + 1)
+    fig.suptitle(f"{shape.name}: the position table over training")
     return fig
 
 
