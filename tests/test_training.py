@@ -194,3 +194,21 @@ def test_the_control_runs_only_the_analyses_of_the_position_table():
     assert {"helix_growth", "training_run", "helix", "low_rank"} <= set(control)
     main = [job.analysis.name for job in plan(analyses, [MODELS["kjv-gpt2"]]) if job.scope != "common"]
     assert len(main) == sum(a.scope == "model" for a in analyses)
+
+
+def test_an_interrupted_training_leaves_the_committed_model_and_nothing_else(tmp_path, monkeypatch):
+    """The new directory is written beside the old one; an interrupt while writing removes it, the old stays."""
+    spec = MODELS["kjv-gpt2"]
+    old = _copy(spec, tmp_path)
+    before = {p.name: sha256_file(p) for p in old.iterdir()}
+    monkeypatch.setattr(training, "MODELS_DIR", tmp_path)
+
+    def interrupted(result):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(training, "_history_tensors", interrupted)
+    tiny = dataclasses.replace(spec.recipe, steps=2, snapshots=2, first_snapshot=1, eval_every=1, eval_windows=2)
+    with pytest.raises(KeyboardInterrupt):
+        training.train(spec.name, tiny, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [spec.name]
+    assert before == {p.name: sha256_file(p) for p in old.iterdir()}
