@@ -3,7 +3,7 @@ way of working beside them.
 
 Every run is its own `python -m analyses run` process (start-up and imports included), timed as a whole;
 its peak memory is the largest total proportional set size (PSS: shared pages split between the
-processes that share them) of the process and its workers, sampled every 20 ms. Each figure is the
+processes that share them) of the process and its workers, sampled every `SAMPLE_S` seconds. Each figure is the
 median of `repeats` runs. The per-analysis table gives, for each job, the median wall time, CPU time and
 peak resident memory of its worker (from the runs' timing files).
 
@@ -36,6 +36,10 @@ SUBSET = "notebook subset"
 """The group of what ../shared/bench/seed_style.py does in notebook style, as analyses of this project (GPT-2 only)."""
 FIRST_REPORT = "first report"
 """The group of the analyses of the report before the chapters on baselines, content and the forward pass."""
+SAMPLE_S = 0.1
+"""Seconds between memory samples. Each sample reads every process's stat (to find the tree) and the smaps_rollup
+of the tree's processes: at 20 ms the sampler took about a third of one core, which a 2-core machine then lacked
+for the run it measured; the peaks it looks for are arrays held for seconds."""
 BENCH_MODELS = ("gpt2", "all-MiniLM-L6-v2")
 """The models of every cold and warm run: the targets were set for these two."""
 TARGETS = {"subset_ratio": 0.75, "all_s": 30.0, "all_mb": 1024.0, "warm_s": 1.0}
@@ -87,7 +91,7 @@ def timed(command: list[str], env: dict | None = None) -> Timing:
         nonlocal peak
         while not done.is_set():
             peak = max(peak, sum(_pss_mb(p) for p in _tree(child.pid)))
-            done.wait(0.02)
+            done.wait(SAMPLE_S)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
