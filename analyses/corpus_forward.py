@@ -30,9 +30,10 @@ from analyses.engine.registry import register
 from analyses.engine.results import Accuracy, Number, Result, Table, Text, stable_format
 from analyses.engine.sources import ModelShape, model_spec
 from analyses.toolkit import plotting
-from analyses.toolkit.corpus import (FILE, GENRES, LICENCE, MODULE, PACKAGE, SHA256, VERSION, corpus_inputs,
-                                     load_corpus, windows)
+from analyses.toolkit.corpus import (FILE, GENRES, LICENCE, MODULE, PACKAGE, SHA256, VERSION, Corpus,
+                                     corpus_inputs, load_corpus, windows)
 from analyses.toolkit.forward import forward, hook_layer, run_with_hooks
+from analyses.toolkit.linalg import gram_singular_values
 from analyses.toolkit.signal import mean_angle, noise_edge, signal_subspace
 from analyses.toolkit.subspaces import random_basis
 
@@ -113,12 +114,13 @@ def centred_cosines(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     return np.einsum("nd,nd->n", A, B) / (np.linalg.norm(A, axis=1) * np.linalg.norm(B, axis=1))
 
 
-def residual_null_angle(X: np.ndarray, Y: np.ndarray, rng: np.random.Generator) -> float:
-    """The average principal angle between the signal subspaces of X and X + Δ Q, with Δ = Y − X the measured
-    update and Q a uniformly random rotation of R^D: the next state as the residual connection alone carries it,
-    with an update of the same size and spectrum in no particular direction."""
+def residual_null_angle(X: np.ndarray, Y: np.ndarray, basis: np.ndarray, rng: np.random.Generator) -> float:
+    """The average principal angle between the signal subspace of X (its `basis`, `signal_subspace(X).basis`,
+    which the caller has already) and that of X + Δ Q, with Δ = Y − X the measured update and Q a uniformly random
+    rotation of R^D: the next state as the residual connection alone carries it, with an update of the same size
+    and spectrum in no particular direction."""
     Q = random_basis(X.shape[1], X.shape[1], rng)
-    return mean_angle(signal_subspace(X).basis, signal_subspace(X + (Y - X) @ Q).basis)
+    return mean_angle(basis, signal_subspace(X + (Y - X) @ Q).basis)
 
 
 # ---------------------------------------------------------------------------
@@ -139,9 +141,9 @@ def window_spec(windows_by_family: Mapping, shape: ModelShape) -> dict:
     return spec
 
 
-def corpus_windows(tensors, shape: ModelShape, spec: Mapping) -> tuple[np.ndarray, np.ndarray]:
-    """Token ids of every window [W, tokens] with the model's special tokens, and each window's genre index."""
-    corpus = load_corpus()
+def corpus_windows(tensors, shape: ModelShape, spec: Mapping, corpus: Corpus) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids of every window [W, tokens] of the corpus with the model's special tokens, and each window's
+    genre index."""
     special = tensors.tokenize("", special_tokens=True)
     text_length = spec["tokens"] - len(special)
     parts, genre = [], []
@@ -164,19 +166,28 @@ def shuffled_windows(ids: np.ndarray, rows: slice, rng: np.random.Generator) -> 
 
 
 def hidden_states(tensors, shape: ModelShape, ids: np.ndarray, rows: slice, batch: int) -> np.ndarray:
-    """float32 states of the content rows [states, W, N', D], in batches of windows."""
-    parts = [forward(tensors, shape, ids[i:i + batch], dtype=np.float32).hidden[:, :, rows]
-             for i in range(0, len(ids), batch)]
-    return np.concatenate(parts, axis=1)
+    """float32 states of the content rows [states, W, N', D], in batches of windows (each written into the one
+    array as it comes: no second copy of the states)."""
+    states = np.empty((shape.n_layers + 1, len(ids), len(range(ids.shape[1])[rows]), shape.d_model), dtype=np.float32)
+    for i in range(0, len(ids), batch):
+        states[:, i:i + batch] = forward(tensors, shape, ids[i:i + batch], dtype=np.float32).hidden[:, :, rows]
+    return states
 
 
 def signal_ranks(H: np.ndarray) -> np.ndarray:
-    """The signal rank (`toolkit.signal`) of every window of every state, H [states, W, N, D] → [states, W]."""
+    """The signal rank (`toolkit.signal`) of every window of every state, H [states, W, N, D] → [states, W].
+
+    The singular values of each centred window come from its Gram eigenvalues, all windows of a state at once
+    (`linalg.gram_singular_values`): a rank counts values against a threshold at the Marchenko–Pastur edge, in the
+    middle of the spectrum, where they agree with an SVD's to about ε·(σ_1/σ)², far below any value's distance
+    from the threshold."""
+    N, D = H.shape[2:]
     ranks = np.zeros(H.shape[:2], dtype=int)
-    for (s, w), _ in np.ndenumerate(ranks):
-        X = H[s, w].astype(np.float64)
-        values = np.linalg.svd(X - X.mean(axis=0), compute_uv=False)[:min(X.shape[0] - 1, X.shape[1])]
-        ranks[s, w] = int(np.sum(noise_edge(values, X.shape[0] - 1, X.shape[1]).keeps(values)))
+    for s, state in enumerate(H):
+        X = state.astype(np.float64)
+        X -= X.mean(axis=1, keepdims=True)
+        for w, values in enumerate(gram_singular_values(X)[:, :min(N - 1, D)]):
+            ranks[s, w] = int(np.sum(noise_edge(values, N - 1, D).keeps(values)))
     return ranks
 
 
@@ -185,7 +196,8 @@ def corpus_states(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, windo
     """The variance decomposition, the position-only comparison, signal ranks per window and consecutive-state angles
     against the residual-connection null, over the corpus windows (see the module docstring)."""
     spec = window_spec(windows_by_family, shape)
-    ids, genre = corpus_windows(tensors, shape, spec)
+    corpus = load_corpus()
+    ids, genre = corpus_windows(tensors, shape, spec, corpus)
     W, n = ids.shape
     rows = content_slice(shape, n)
     rng = np.random.default_rng(seed)
@@ -222,7 +234,6 @@ def corpus_states(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, windo
                                                         "run again in float64"),
         "seed": Number(seed, "d", "seed of the shuffles, the bootstrap and the rotations"),
     }
-    corpus = load_corpus()
     for g, name in enumerate(GENRES):
         numbers[f"{name}_windows"] = Number(int(np.sum(genre == g)), "d", f"windows of {name} text")
         numbers[f"{name}_words"] = Number(corpus.words(name), "d", f"words of {name} text in the corpus")
@@ -289,8 +300,8 @@ def corpus_states(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, windo
     null_rng = np.random.default_rng([seed, 2])
     actual = np.array([[mean_angle(bases[s][i], bases[s + 1][i]) for i in range(len(order))]
                        for s in range(states - 1)])
-    null = np.array([[residual_null_angle(exact[s, i], exact[s + 1, i], null_rng) for i in range(len(order))]
-                     for s in range(states - 1)])
+    null = np.array([[residual_null_angle(exact[s, i], exact[s + 1, i], bases[s][i], null_rng)
+                      for i in range(len(order))] for s in range(states - 1)])
     below = np.sum(actual < null, axis=1)
     angle_rows = []
     for s in range(states):
@@ -418,7 +429,7 @@ def corpus_ablation(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, win
     rows, mean_i ½ Σ_j |A_ij − A'_ij| over the content queries; after the last layer, 1 − cos(h_n, h'_n) over the
     content rows. The controls' spread is reported with their mean."""
     spec = window_spec(windows_by_family, shape)
-    ids, genre = corpus_windows(tensors, shape, spec)
+    ids, genre = corpus_windows(tensors, shape, spec, load_corpus())
     rng = np.random.default_rng(seed)
     chosen = np.sort(np.concatenate([rng.choice(np.flatnonzero(genre == g), n_windows // len(GENRES), replace=False)
                                      for g in range(len(GENRES))]))

@@ -35,11 +35,13 @@ import numpy as np
 from analyses.toolkit import plotting
 from analyses.toolkit.linalg import cosine_matrix, explained_variance_ratio, upper_triangle
 from analyses.toolkit.pvalues import p_value_cell, p_value_text
-from analyses.toolkit.surrogates import phase_randomise
+from analyses.toolkit.surrogates import phase_randomiser
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table, Text
 from analyses.engine.sources import ModelShape
 
+Surrogate = Callable[[np.random.Generator], np.ndarray]
+"""Draws one surrogate of P from a generator."""
 KINDS = ("positions", "dimensions")
 STATISTICS = ("std", "frac_abs_above", "max_abs")
 STATISTIC_LABELS = {"std": "std of cos", "frac_abs_above": "fraction with abs(cos) > t", "max_abs": "largest abs(cos)"}
@@ -47,29 +49,31 @@ PCA_KEY = "pca_top"
 """Key of the principal-component statistic: variance share of the top `n_components` components."""
 
 
-def shuffle_entries(P: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def shuffle_entries(P: np.ndarray) -> Surrogate:
     """All entries of P permuted together (same shape)."""
-    return rng.permutation(P.ravel()).reshape(P.shape)
+    return lambda rng: rng.permutation(P.ravel()).reshape(P.shape)
 
 
-def shuffle_columns(P: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def shuffle_columns(P: np.ndarray) -> Surrogate:
     """Each column of P permuted over the rows, independently."""
-    return rng.permuted(P, axis=0)
+    return lambda rng: rng.permuted(P, axis=0)
 
 
-def phases_independent(P: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def phases_independent(P: np.ndarray) -> Surrogate:
     """Each column of P phase-randomised with its own phases (keeps every column's power spectrum)."""
-    return phase_randomise(P, rng, shared=False)
+    return phase_randomiser(P, shared=False)
 
 
-def phases_shared(P: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def phases_shared(P: np.ndarray) -> Surrogate:
     """All columns of P phase-randomised with the same phases (keeps every cross-spectrum, hence PᵀP)."""
-    return phase_randomise(P, rng, shared=True)
+    return phase_randomiser(P, shared=True)
 
 
-NULLS: dict[str, Callable[[np.ndarray, np.random.Generator], np.ndarray]] = {
+NULLS: dict[str, Callable[[np.ndarray], Surrogate]] = {
     "entries": shuffle_entries, "columns": shuffle_columns, "phases_independent": phases_independent,
     "phases_shared": phases_shared}
+"""Each null model: given P, a function drawing one surrogate of P from a generator (what is the same in every
+draw, such as P's spectrum, computed once)."""
 NULL_LABELS = {"entries": "all entries shuffled", "columns": "each dimension shuffled",
                "phases_independent": "independent phases", "phases_shared": "shared phases"}
 KEPT_BY_CONSTRUCTION = {"phases_shared": frozenset({"dimensions_std", "dimensions_frac_abs_above",
@@ -184,10 +188,10 @@ def null_draws(P: np.ndarray, null: str, n_draws: int, seed: int, threshold: flo
     rng = np.random.default_rng(seed)
     stats: dict[str, np.ndarray] = {}
     hists: dict[str, np.ndarray] = {}
-    surrogate, kept = NULLS[null], KEPT_BY_CONSTRUCTION.get(null, frozenset())
     P = np.asarray(P, dtype=np.float64)
+    surrogate, kept = NULLS[null](P), KEPT_BY_CONSTRUCTION.get(null, frozenset())
     for draw in range(n_draws):
-        values, counts = similarity_statistics(surrogate(P, rng), threshold, bins, n_components, exact=False,
+        values, counts = similarity_statistics(surrogate(rng), threshold, bins, n_components, exact=False,
                                                kept=kept)
         for key, value in values.items():
             stats.setdefault(key, np.empty(n_draws))[draw] = value

@@ -91,7 +91,7 @@ def test_windows_follow_the_stated_rule(minilm):
 
 def test_corpus_windows_carry_the_special_tokens_and_fit_the_trained_length(minilm):
     spec = dict(cf.WINDOWS["bert"], narrative=3, expository=2)
-    ids, genre = cf.corpus_windows(minilm.tensors, minilm.shape, spec)
+    ids, genre = cf.corpus_windows(minilm.tensors, minilm.shape, spec, corpus.load_corpus())
     cls, sep = minilm.tensors.tokenize("", special_tokens=True)
     assert ids.shape == (5, spec["tokens"]) and spec["tokens"] <= spec["trained"]
     assert np.all(ids[:, 0] == cls) and np.all(ids[:, -1] == sep) and list(genre) == [0, 0, 0, 1, 1]
@@ -162,9 +162,10 @@ def test_shuffled_windows_keep_their_tokens_and_ends():
 def test_the_residual_null_is_zero_without_an_update_and_grows_with_its_size():
     rng = np.random.default_rng(0)
     X = rng.standard_normal((120, 3)) @ rng.standard_normal((3, 40)) * 10 + rng.standard_normal((120, 40))
-    assert cf.residual_null_angle(X, X, rng) == pytest.approx(0.0, abs=1e-6)
-    small = cf.residual_null_angle(X, X + 0.1 * rng.standard_normal(X.shape), rng)
-    large = cf.residual_null_angle(X, X + 3.0 * (X @ rng.standard_normal((40, 40))), rng)
+    basis = cf.signal_subspace(X).basis
+    assert cf.residual_null_angle(X, X, basis, rng) == pytest.approx(0.0, abs=1e-6)
+    small = cf.residual_null_angle(X, X + 0.1 * rng.standard_normal(X.shape), basis, rng)
+    large = cf.residual_null_angle(X, X + 3.0 * (X @ rng.standard_normal((40, 40))), basis, rng)
     assert small < 2.0 < 20.0 < large
 
 

@@ -39,7 +39,7 @@ def test_empirical_p_value_and_effect_size_closed_forms():
 def test_shuffles_keep_what_they_promise():
     P = np.random.default_rng(0).standard_normal((30, 7)) + np.arange(7)
     rng = np.random.default_rng(1)
-    entries, columns = shuffle_entries(P, rng), shuffle_columns(P, rng)
+    entries, columns = shuffle_entries(P)(rng), shuffle_columns(P)(rng)
     assert entries.shape == columns.shape == P.shape
     np.testing.assert_array_equal(np.sort(entries.ravel()), np.sort(P.ravel()))  # same multiset of values
     np.testing.assert_array_equal(np.sort(columns, axis=0), np.sort(P, axis=0))  # same values per dimension
@@ -106,7 +106,7 @@ def test_shared_phases_keep_the_dimension_statistics_and_say_so():
     """PᵀP and the singular values survive shared phases: those rows read "kept exactly" and carry no p-value."""
     P = np.cumsum(np.random.default_rng(6).standard_normal((48, 24)), axis=0)
     result = shuffle_nulls({"W_pos": P}, SHAPE, **(PARAMS | {"n_draws": 20}))
-    drawn, _ = similarity_statistics(phases_shared(P, np.random.default_rng(0)), PARAMS["threshold"], PARAMS["bins"],
+    drawn, _ = similarity_statistics(phases_shared(P)(np.random.default_rng(0)), PARAMS["threshold"], PARAMS["bins"],
                                      PARAMS["n_components"], exact=False)  # a draw, every statistic computed
     for key in KEPT_BY_CONSTRUCTION["phases_shared"]:
         np.testing.assert_allclose(drawn[key], result.arrays["observed"][key], rtol=1e-5)

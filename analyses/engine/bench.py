@@ -3,15 +3,17 @@ way of working beside them.
 
 Every run is its own `python -m analyses run` process (start-up and imports included), timed as a whole;
 its peak memory is the largest total proportional set size (PSS: shared pages split between the
-processes that share them) of the process and its workers, sampled every 20 ms. Each figure is the
+processes that share them) of the process and its workers, sampled every `SAMPLE_S` seconds. Each figure is the
 median of `repeats` runs. The per-analysis table gives, for each job, the median wall time, CPU time and
 peak resident memory of its worker (from the runs' timing files).
 
 `--baseline SCRIPT` runs the source documents' notebook-style script (../shared/bench/seed_style.py)
 alternately with the same subset of the project (GPT-2 only), and prints the ratio of the medians.
-Targets on the 2-core reference machine: the subset at most 0.75× the notebook's wall time and no more
-memory; every analysis of every model cold in ≤ 40 s (the analyses of the first report alone ≤ 25 s)
-under 1 GB; warm ≤ 1 s.
+Targets on the 2-core reference machine (issue 24): the subset at most 0.75× the notebook's wall time in the
+same bench run and no more memory; every analysis of the report's two models (`BENCH_MODELS`: GPT-2 and
+all-MiniLM-L6-v2, named explicitly, so that models added to the report later do not change what is timed),
+cold and with the corpus forward passes, in ≤ 30 s under 1 GB; warm ≤ 1 s. The analyses of the first report
+are timed too, without a target of their own.
 """
 
 from __future__ import annotations
@@ -34,7 +36,13 @@ SUBSET = "notebook subset"
 """The group of what ../shared/bench/seed_style.py does in notebook style, as analyses of this project (GPT-2 only)."""
 FIRST_REPORT = "first report"
 """The group of the analyses of the report before the chapters on baselines, content and the forward pass."""
-TARGETS = {"subset_ratio": 0.75, "first_report_s": 25.0, "all_s": 40.0, "all_mb": 1024.0, "warm_s": 1.0}
+SAMPLE_S = 0.1
+"""Seconds between memory samples. Each sample reads every process's stat (to find the tree) and the smaps_rollup
+of the tree's processes: at 20 ms the sampler took about a third of one core, which a 2-core machine then lacked
+for the run it measured; the peaks it looks for are arrays held for seconds."""
+BENCH_MODELS = ("gpt2", "all-MiniLM-L6-v2")
+"""The models of every cold and warm run: the targets were set for these two."""
+TARGETS = {"subset_ratio": 0.75, "all_s": 30.0, "all_mb": 1024.0, "warm_s": 1.0}
 
 
 @dataclass(frozen=True)
@@ -83,7 +91,7 @@ def timed(command: list[str], env: dict | None = None) -> Timing:
         nonlocal peak
         while not done.is_set():
             peak = max(peak, sum(_pss_mb(p) for p in _tree(child.pid)))
-            done.wait(0.02)
+            done.wait(SAMPLE_S)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -167,14 +175,14 @@ def main(repository: Path, script: Path | None = None, weights: Path | None = No
         print(f"this project, same subset:      {ours.wall:6.2f} s, peak {ours.peak_mb:6.0f} MB  "
               f"(ratio {ratio:.2f}, target ≤ {TARGETS['subset_ratio']})\n")
         met["subset"] = ratio <= TARGETS["subset_ratio"] and ours.peak_mb <= theirs.peak_mb
-    first, _, _ = cold_and_warm(repository, group(FIRST_REPORT), repeats=repeats)
-    cold, warm, per_job = cold_and_warm(repository, repeats=repeats)
-    print(f"{'run':38s} {'wall (s)':>9s} {'peak (MB)':>10s}")
-    for name, timing in (("cold, analyses of the first report", first), ("cold, every analysis", cold),
+    first, _, _ = cold_and_warm(repository, group(FIRST_REPORT), BENCH_MODELS, repeats=repeats)
+    cold, warm, per_job = cold_and_warm(repository, models=BENCH_MODELS, repeats=repeats)
+    print(f"{'run':52s} {'wall (s)':>9s} {'peak (MB)':>10s}")
+    for name, timing in (("cold, analyses of the first report", first),
+                         (f"cold, every analysis ({', '.join(BENCH_MODELS)})", cold),
                          ("warm (nothing stale)", warm)):
-        print(f"{name:38s} {timing.wall:9.2f} {timing.peak_mb:10.0f}")
-    met |= {"first report": first.wall <= TARGETS["first_report_s"],
-            "all": cold.wall <= TARGETS["all_s"] and cold.peak_mb <= TARGETS["all_mb"],
+        print(f"{name:52s} {timing.wall:9.2f} {timing.peak_mb:10.0f}")
+    met |= {"all": cold.wall <= TARGETS["all_s"] and cold.peak_mb <= TARGETS["all_mb"],
             "warm": warm.wall <= TARGETS["warm_s"]}
     print("\n" + table(per_job) + "\n")
     print("targets: " + ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in met.items()))

@@ -25,6 +25,8 @@ row is part of each column's spectrum, and the surrogates spread it along the se
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 
@@ -50,13 +52,23 @@ def phase_randomise(X: np.ndarray, rng: np.random.Generator, shared: bool) -> np
     shared=False: independent phases per column (keeps each column's power spectrum);
     shared=True: one set of phases for all columns (also keeps every cross-spectrum, so XᵀX).
     """
+    return phase_randomiser(X, shared)(rng)
+
+
+def phase_randomiser(X: np.ndarray, shared: bool) -> Callable[[np.random.Generator], np.ndarray]:
+    """`phase_randomise` for many surrogates of the same X: a function drawing one from a generator, with X's
+    spectrum computed once (the same surrogates, draw for draw, as `phase_randomise` with the same generator)."""
     X = np.asarray(X)
     if X.ndim != 2:
         raise ValueError(f"need a matrix (rows: samples, columns: variables), got shape {X.shape}")
     n_rows, n_columns = X.shape
     spectrum = np.fft.rfft(X, axis=0)
-    factors = random_phases(n_rows, 1 if shared else n_columns, rng).astype(spectrum.dtype)
-    return np.fft.irfft(spectrum * factors, n=n_rows, axis=0).astype(X.dtype, copy=False)
+
+    def draw(rng: np.random.Generator) -> np.ndarray:
+        factors = random_phases(n_rows, 1 if shared else n_columns, rng).astype(spectrum.dtype)
+        return np.fft.irfft(spectrum * factors, n=n_rows, axis=0).astype(X.dtype, copy=False)
+
+    return draw
 
 
 def power_spectrum(X: np.ndarray) -> np.ndarray:
