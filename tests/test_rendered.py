@@ -380,7 +380,8 @@ def browser_visits(book, tmp_path_factory) -> dict[str, Visit]:
                     ".map(c => [c.id.replace(/-caption-.*$/, ''), [...c.querySelectorAll('.provenance-link a')]"
                     ".map(a => a.getAttribute('href'))]))")
                 visit.ids = set(tab.evaluate("() => [...document.querySelectorAll('[id]')].map(e => e.id)"))
-                tab.screenshot(path=str(SCREENSHOTS / f"{current}.png"), full_page=True)
+                # the provenance appendix is one long page (every cited number): its full-page capture takes ~30 s
+                tab.screenshot(path=str(SCREENSHOTS / f"{current}.png"), full_page=True, timeout=120_000)
                 tab.close()
                 visit.seconds = time.monotonic() - start
             browser.close()

@@ -120,6 +120,12 @@ def _energy(tensors: ModelInputs, P: np.ndarray, S_E: np.ndarray, V_E: np.ndarra
     return numbers, tables, arrays, curve
 
 
+ANGLES = Accuracy(rel=1e-9, abs=1e-9, basis="principal angles in degrees from sines (small) and cosines: rounding "
+                                             "about 1e-14 degrees absolute, so an angle that is zero in exact "
+                                             "arithmetic (two k-subspaces of D dimensions with 2k > D meet) is noise "
+                                             "at that level; declared 1e-9 degrees")
+
+
 def _angles(P: np.ndarray, V_E: np.ndarray, angle_ks: tuple[int, ...], n_random: int, rng: np.random.Generator):
     """(numbers, table, arrays): principal angles between P's and E's top-k subspaces, against random ones."""
     D = P.shape[1]
@@ -139,12 +145,16 @@ def _angles(P: np.ndarray, V_E: np.ndarray, angle_ks: tuple[int, ...], n_random:
         cos2, (mean, sd) = energy_fraction(B_P[:, :k], V_E[:, :k]), random_energy_moments(B_P[:, :k], k)
         null_min = angle_draws[k][:, 0]
         numbers |= {
-            f"angle_min_k{k}": Number(theta[0], ".1f", f"smallest principal angle (degrees) between P's and E's top-{k}"),
-            f"angle_median_k{k}": Number(float(np.median(theta)), ".1f", f"median principal angle (degrees), k = {k}"),
+            f"angle_min_k{k}": Number(theta[0], ".1f", f"smallest principal angle (degrees) between P's and E's top-{k}",
+                                      ANGLES),
+            f"angle_median_k{k}": Number(float(np.median(theta)), ".1f", f"median principal angle (degrees), k = {k}",
+                                         ANGLES),
             f"angle_null_min_median_k{k}": Number(float(np.median(null_min)), ".1f",
-                                                  f"median smallest angle between P's top-{k} and a random {k}-subspace"),
+                                                  f"median smallest angle between P's top-{k} and a random {k}-subspace",
+                                                  ANGLES),
             f"angle_null_min_lo_k{k}": Number(float(np.percentile(null_min, BAND[0])), ".1f",
-                                              f"{BAND[0]:g}th percentile of that smallest angle over random {k}-subspaces"),
+                                              f"{BAND[0]:g}th percentile of that smallest angle over random {k}-subspaces",
+                                              ANGLES),
             f"cos2_k{k}": Number(cos2, ".3f", f"mean cos² of the principal angles, k = {k}"),
             f"cos2_ratio_k{k}": Number(cos2 / mean, ".2f", f"mean cos² over its random expectation k/D, k = {k}"),
             f"cos2_z_k{k}": Number((cos2 - mean) / sd, ".1f", f"z of the mean cos² against random {k}-subspaces"),
@@ -154,7 +164,9 @@ def _angles(P: np.ndarray, V_E: np.ndarray, angle_ks: tuple[int, ...], n_random:
     tables["angles"] = Table(("k", "smallest angle", "median angle", "random: median smallest",
                               f"random: {BAND[0]:g} % smallest", "mean cos²", "k/D", "z"), tuple(angle_rows),
                              formats={"smallest angle": ".1f", "median angle": ".1f", "random: median smallest": ".1f",
-                                      f"random: {BAND[0]:g} % smallest": ".1f", "mean cos²": ".4f", "k/D": ".4f", "z": ".1f"})
+                                      f"random: {BAND[0]:g} % smallest": ".1f", "mean cos²": ".4f", "k/D": ".4f", "z": ".1f"},
+                             accuracy=dict.fromkeys(("smallest angle", "median angle", "random: median smallest",
+                                                     f"random: {BAND[0]:g} % smallest"), ANGLES))
     return numbers, tables["angles"], arrays
 
 
