@@ -16,7 +16,7 @@ import pytest
 from analyses.engine import training
 from analyses.engine.checkpoint import WeightsError, sha256_file
 from analyses.engine.sources import MODELS, open_source, read_sums
-from analyses.engine.tensors import HISTORY_FILE, read_history_header
+from analyses.engine.tensors import HISTORY_FILE, RECORD_FILE, read_history_header, read_training_record
 from analyses.toolkit import training as recipe_toolkit
 from analyses.toolkit.training import Recipe, flops_per_token, learning_rate
 
@@ -81,7 +81,7 @@ def test_the_committed_model_matches_its_checksums_and_record(spec):
     files = sorted(p.name for p in directory.iterdir() if p.is_file() and p.name != training.SUMS)
     assert sorted(sums) == files
     assert all(sha256_file(directory / f) == digest for f, digest in sums.items())
-    record = json.loads((directory / training.PROVENANCE).read_text())
+    record = json.loads((directory / RECORD_FILE).read_text())
     assert record["fingerprint"]["recipe"] == spec.recipe.as_dict()
     assert all(sums[f] == digest for f, digest in record["files"].items())
     assert training.state(spec.name, spec.recipe) == "fresh"
@@ -163,9 +163,9 @@ def test_a_truncated_history_or_record_is_one_clear_error(tmp_path):
     history.write_bytes(history.read_bytes()[:1000])
     with pytest.raises(WeightsError, match="truncated"):
         read_history_header(history, source.shape)
-    (directory / training.PROVENANCE).write_text("{")
+    (directory / RECORD_FILE).write_text("{")
     with pytest.raises(WeightsError, match="not valid JSON"):
-        training.read_provenance(directory)
+        read_training_record(directory / RECORD_FILE)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

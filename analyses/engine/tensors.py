@@ -77,6 +77,22 @@ HISTORY_FILE = "history.safetensors"
 TRAINING_RECORD = "training_record"
 """A need that is not a tensor: the provenance record (`training.json`) of a model this project trained."""
 RECORD_FILE = "training.json"
+RECORD_PARTS = ("fingerprint", "corpus", "machine", "run", "final")
+"""What a training record holds, each a JSON object (`engine.training` writes it)."""
+
+
+def read_training_record(path: Path) -> dict:
+    """A trained model's provenance record, checked: JSON holding every part of RECORD_PARTS (WeightsError else)."""
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise WeightsError(f"{path.parent} has no {RECORD_FILE}: train it with `python -m analyses train`") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise WeightsError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(record, dict) or not all(isinstance(record.get(k), dict) for k in RECORD_PARTS):
+        raise WeightsError(f"{path} is not a training record (it lacks {', '.join(RECORD_PARTS[:-1])} or "
+                           f"{RECORD_PARTS[-1]})")
+    return record
 
 
 def _history_shapes(shape: ModelShape, snapshots: int, steps: int, evals: int) -> dict[str, tuple[int, ...]]:
@@ -343,14 +359,7 @@ class Tensors(Mapping):
         path = self._record_path()
         if path is None:
             raise KeyError(TRAINING_RECORD)
-        try:
-            record = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise WeightsError(f"{path} is not valid JSON: {exc}") from None
-        if not isinstance(record, dict) or not all(isinstance(record.get(k), dict)
-                                                   for k in ("fingerprint", "corpus", "machine", "run", "final")):
-            raise WeightsError(f"{path} is not a training record (it lacks fingerprint, corpus, machine, run or final)")
-        return record
+        return read_training_record(path)
 
     def training_record(self) -> dict:
         """The provenance record of a model this project trained (KeyError `training_record` for any other)."""

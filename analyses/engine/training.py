@@ -27,14 +27,13 @@ from pathlib import Path
 import numpy as np
 
 import analyses
-from analyses.engine.checkpoint import WeightsError, sha256_file
+from analyses.engine.checkpoint import sha256_file
+from analyses.engine.tensors import HISTORY_FILE, RECORD_FILE, read_training_record
 from analyses.toolkit import corpus, training
 from analyses.toolkit.training import Recipe
 
 MODELS_DIR = Path(analyses.__file__).resolve().parent.parent / "models"
 """Where trained models are committed: `models/` beside the `analyses` package."""
-HISTORY = "history.safetensors"
-PROVENANCE = "training.json"
 SUMS = "SHA256SUMS"
 
 
@@ -52,33 +51,20 @@ def code_digest() -> str:
 
 
 def fingerprint(recipe: Recipe) -> dict:
-    """What decides the trained weights: the recipe, the corpus file and the training code."""
-    import torch
-    import transformers
+    """What decides the trained weights: the recipe, the corpus file, the training code and the libraries' versions
+    (read from their installed metadata: `status` and `run` check it, and must not import torch to do so)."""
+    from importlib.metadata import version
 
     return {"recipe": recipe.as_dict(), "corpus": corpus.corpus_inputs(), "code": code_digest(),
-            "libraries": {"torch": torch.__version__, "transformers": transformers.__version__}}
-
-
-def read_provenance(directory: Path) -> dict:
-    path = directory / PROVENANCE
-    try:
-        record = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise WeightsError(f"{directory} has no {PROVENANCE}: train it with `python -m analyses train`") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise WeightsError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(record, dict) or not isinstance(record.get("fingerprint"), dict):
-        raise WeightsError(f"{path} is not a training record (no fingerprint)")
-    return record
+            "libraries": {name: version(name) for name in ("torch", "transformers")}}
 
 
 def state(name: str, recipe: Recipe) -> str:
     """'fresh', 'missing', or 'stale: <why>' for a trained model against its recipe and the current code."""
     directory = model_dir(name)
-    if not (directory / PROVENANCE).is_file():
+    if not (directory / RECORD_FILE).is_file():
         return "missing"
-    recorded = read_provenance(directory)["fingerprint"]
+    recorded = read_training_record(directory / RECORD_FILE)["fingerprint"]
     current = fingerprint(recipe)
     changed = [key for key in current if recorded.get(key) != current[key]]
     return "fresh" if not changed else f"stale: its {', '.join(changed)} changed"
@@ -149,11 +135,11 @@ def train(name: str, recipe: Recipe, progress: bool = True) -> Path:
     try:
         result["model"].save_pretrained(new, safe_serialization=True)
         tokenizer.save_pretrained(new)
-        save_file(_history_tensors(result), str(new / HISTORY))
+        save_file(_history_tensors(result), str(new / HISTORY_FILE))
         seconds = result["seconds"]
         tokens = recipe.steps * recipe.tokens_per_step
         flops = training.flops_per_token(recipe)
-        files = sorted(p.name for p in new.iterdir() if p.is_file())
+        files = {f: sha256_file(new / f) for f in sorted(p.name for p in new.iterdir() if p.is_file())}
         record = {
             "name": name, "fingerprint": fingerprint(recipe),
             "corpus": {"package": corpus.PACKAGE, "version": corpus.VERSION, "file": f"{corpus.MODULE}/{corpus.FILE}",
@@ -167,10 +153,10 @@ def train(name: str, recipe: Recipe, progress: bool = True) -> Path:
                     "utilisation": flops * tokens / seconds / machine["matmul_flops"]},
             "final": {"train_loss_last_100": float(np.mean(result["train_loss"][-100:])),
                       "held_out_loss": float(result["eval_loss"][-1])},
-            "files": {f: sha256_file(new / f) for f in files},
+            "files": files,
         }
-        (new / PROVENANCE).write_text(json.dumps(record, indent=1) + "\n")
-        sums = {f: sha256_file(new / f) for f in sorted(p.name for p in new.iterdir() if p.is_file())}
+        (new / RECORD_FILE).write_text(json.dumps(record, indent=1) + "\n")
+        sums = dict(sorted({**files, RECORD_FILE: sha256_file(new / RECORD_FILE)}.items()))  # the record, hashed once
         (new / SUMS).write_text("".join(f"{digest}  {f}\n" for f, digest in sums.items()))
         for path in new.iterdir():
             path.chmod(0o644)
