@@ -30,6 +30,7 @@ closed stdout (`status | head -1`) is not an error.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -99,6 +100,13 @@ def _parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", parents=[common], help="recompute in memory (nothing is written) and compare "
                                                              "with the cache at each value's declared accuracy")
     verify.add_argument("--jobs", type=_positive, metavar="N", help="analyses computed side by side (default: one per core)")
+    verify.add_argument("--perturb", action="store_true",
+                        help="perturb every floating-point input at rounding level and require each declared accuracy "
+                             "to be at least 10 times the change (see engine.verify.Perturbation)")
+    verify.add_argument("--threads", type=_positive, default=1, metavar="N",
+                        help="BLAS threads per analysis (default 1, as the cache was written)")
+    verify.add_argument("--ratios", type=Path, metavar="FILE",
+                        help="write every value's change as a fraction of its declared accuracy (JSON)")
     explain = sub.add_parser("explain", help="where a cited number comes from (its analysis, code, inputs)")
     explain.add_argument("key", help="a key of _variables.yml, as cited: {{< var KEY >}}, e.g. gpt2.helix.period")
     explain.add_argument("--recompute", action="store_true",
@@ -276,18 +284,31 @@ def _verify(args) -> int:
     jobs, warnings = _jobs(args)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    print(f"BLAS kernel: {', '.join(verify.blas_kernels()) or 'no OpenBLAS loaded'}", flush=True)
-    failed, unchecked = [], []
+    perturbation = verify.Perturbation() if args.perturb else None
+    print(f"BLAS kernel: {', '.join(verify.blas_kernels()) or 'no OpenBLAS loaded'}, {args.threads} thread(s)"
+          + (f"; inputs perturbed by 1 + δu, δ = {perturbation.delta('float64'):.2g} (float64), "
+             f"{perturbation.delta('float32'):.2g} (float32), margin {verify.MARGIN}" if perturbation else ""),
+          flush=True)
+    failed, unchecked, ratios = [], [], {}
 
-    def done(job, problems: list[str] | None) -> None:
-        if problems is None:
+    def done(job, comparison) -> None:
+        if comparison is None:
             unchecked.append(job.label)
             problems = ["not checked: the model's weights are unavailable"]
-        elif problems:
-            failed.append(job.label)
-        print(f"{job.label:45s} {'; '.join(problems) if problems else 'reproduced'}", flush=True)
+        else:
+            problems = comparison.problems
+            ratios.update({f"{job.label}:{where}": ratio for where, ratio in comparison.ratios.items()})
+            if problems:
+                failed.append(job.label)
+        tightest = max(comparison.ratios.items(), key=lambda item: item[1], default=None) if comparison else None
+        largest = f" (largest change {tightest[1]:.2g} of the accuracy, {tightest[0]})" if tightest and tightest[1] else ""
+        print(f"{job.label:45s} {'; '.join(problems) if problems else 'reproduced' + largest}", flush=True)
 
-    verify.recompute(jobs, _cache(args), args.jobs or workers.cores(), done)
+    verify.recompute(jobs, _cache(args), args.jobs or workers.cores(), done, perturbation, args.threads)
+    if args.ratios is not None:
+        ordered = sorted(ratios.items(), key=lambda item: -item[1])
+        args.ratios.write_text(json.dumps({where: ratio if ratio != float("inf") else "an exact value changed"
+                                           for where, ratio in ordered}, indent=1) + "\n")
     if failed:
         print(f"{len(failed)} of {len(jobs)} results not reproduced at their declared accuracy")
         return EXIT_STALE

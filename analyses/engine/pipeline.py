@@ -114,7 +114,8 @@ def cited_entries(cache: Cache) -> list[tuple[str, str]]:
     return [entry for entry in cache.entries() if entry not in stray]
 
 
-def _status_md(job: Job, manifest: dict) -> str:
+def status_note(job: Job, manifest: dict) -> str:
+    """The status.md of an entry: the reason it was skipped, or one line of provenance."""
     where = f" for {job.source.name}" if job.source else ""
     if manifest["status"] == "skipped":
         return (f"::: {{.callout-warning}}\n## Not computed: {job.analysis.title}{where}\n\n"
@@ -125,7 +126,7 @@ def _status_md(job: Job, manifest: dict) -> str:
             f"(code `{manifest['input']['code'][:12]}`).*\n")
 
 
-def _skip_reason(job: Job, missing: list[str]) -> str:
+def skip_reason(job: Job, missing: list[str]) -> str:
     """Why a job was not run, and the command that runs it where the missing inputs exist."""
     model, repo = job.source.name, MODELS[job.source.name].hub_repo
     if MODELS[model].recipe is None and all(m.startswith("history.") or m == TRAINING_RECORD for m in missing):
@@ -150,7 +151,7 @@ def execute(job: Job, cache: Cache, inputs: dict) -> dict:
                 "shape": job.source.shape.as_dict() if job.source else None, "input": inputs}
     missing = job.source.missing(job.needs) if job.source else []
     if missing:
-        manifest.update(status="skipped", reason=_skip_reason(job, missing))
+        manifest.update(status="skipped", reason=skip_reason(job, missing))
         # declared text outputs exist, empty, so that a chapter can include them whether or not it ran
         outputs = result_outputs(Result(), {}, dict.fromkeys(job.analysis.files, ""))
     else:
@@ -160,7 +161,7 @@ def execute(job: Job, cache: Cache, inputs: dict) -> dict:
         files = {name: fn(result, shape) for name, fn in job.analysis.files.items()}
         outputs = result_outputs(result, figures, files)
         manifest.update(status="ok", reason=None)
-    outputs.add_text("status.md", _status_md(job, manifest))
+    outputs.add_text("status.md", status_note(job, manifest))
     cache.write(job.scope, job.analysis.name, manifest, outputs)
     return manifest
 

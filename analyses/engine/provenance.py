@@ -245,7 +245,8 @@ def recompute(cited: Cited, job, cache: Cache) -> tuple[str, int]:
         source = "model.safetensors' sha256" if name == "sha256" else "config.json"
         return (f"{'reproduced' if same else 'NOT REPRODUCED'}: {cited.key} reads {value!r} from {source}, "
                 f"the cache {cited.text!r}", 0 if same else 1)
-    problems, result = check(job, cache)
+    comparison, result = check(job, cache)
+    problems = comparison.problems
     if result is None:
         verdict = "; ".join(problems) or "is cached as skipped, and its inputs are still missing"
         return f"{'NOT REPRODUCED' if problems else 'reproduced'}: {entry.label} {verdict}", 1 if problems else 0

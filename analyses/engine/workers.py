@@ -45,11 +45,12 @@ class Measure:
 
 
 @contextmanager
-def single_blas_thread():
-    """Limit BLAS (and OpenMP) to one thread: identical floating-point results however jobs are scheduled."""
+def blas_threads(threads: int = BLAS_THREADS):
+    """Limit BLAS (and OpenMP) to `threads` threads; runs use one: identical floating-point results however jobs
+    are scheduled (a check of the numerical contract recomputes with more, which sum in another order)."""
     from threadpoolctl import threadpool_limits
 
-    with threadpool_limits(limits=BLAS_THREADS):
+    with threadpool_limits(limits=threads):
         yield
 
 
@@ -59,17 +60,18 @@ def cores() -> int:
 
 
 def run_all(tasks: Iterable[tuple[str, Callable[[], object]]], jobs: int,
-            on_done: Callable[[str, object, Measure], None], prelude: Callable[[], None] | None = None) -> None:
+            on_done: Callable[[str, object, Measure], None], prelude: Callable[[], None] | None = None,
+            threads: int = BLAS_THREADS) -> None:
     """Run each (label, task) in its own forked child, at most `jobs` at once, in the given order;
     `on_done(label, value, measure)` is called in the parent as each one finishes.
 
     `prelude`, if given, runs in the parent once the first child has started (beside it, on another core):
-    whatever it loads is inherited by every later child."""
+    whatever it loads is inherited by every later child. Each child computes with `threads` BLAS threads."""
     queue = list(tasks)
     running: dict[int, tuple[str, int, float]] = {}  # pid -> (label, read end of its pipe, start)
     # The limit is set once, here, and every child inherits it with the library's state at fork: no child
     # spends its own CPU time finding the BLAS libraries.
-    with single_blas_thread():
+    with blas_threads(threads):
         _schedule(queue, running, jobs, on_done, prelude)
 
 
