@@ -215,7 +215,8 @@ def test_core_types_are_chosen_from_the_processor_flags(monkeypatch):
     from analyses.engine import verify
 
     monkeypatch.setattr(verify.platform, "machine", lambda: "x86_64")
-    monkeypatch.setattr(verify, "_cpu_flags", lambda: {"sse3", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma"})
+    verify.core_types.cache_clear()
+    monkeypatch.setattr(verify, "_cpu_flags", lambda: {"pni", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma"})
     monkeypatch.setattr(verify, "_kernel_under", lambda name: {"Prescott": "Katmai", "Core2": "Katmai", "Penryn": "Katmai",
                                                                "Zen": "Haswell"}.get(name, name))
     ran, skipped = verify.core_types()
@@ -224,7 +225,9 @@ def test_core_types_are_chosen_from_the_processor_flags(monkeypatch):
     assert skipped["Zen"] == "runs the Haswell kernel, already tried as Haswell"
     assert skipped["Core2"] == "runs the Katmai kernel, already tried as Prescott"
     monkeypatch.setattr(verify.platform, "machine", lambda: "arm64")
+    verify.core_types.cache_clear()
     assert verify.core_types() == ({}, {"all": "OpenBLAS core types are chosen by name on x86-64 only (this is arm64)"})
+    verify.core_types.cache_clear()
 
 
 def test_a_hand_edited_table_that_the_book_includes_is_not_reproduced(tmp_path):

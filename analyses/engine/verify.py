@@ -20,6 +20,7 @@ change observed, room for reductions ten times longer and for kernels nobody her
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import io
 import json
@@ -343,14 +344,16 @@ def recompute(jobs, cache, workers_count: int, on_done, perturbation: Perturbati
 
 
 CORE_TYPES = {
-    "Prescott": {"sse3"}, "Core2": {"ssse3"}, "Penryn": {"sse4_1"}, "Nehalem": {"sse4_2"}, "Barcelona": {"sse4a"},
+    "Prescott": {"pni"}, "Core2": {"ssse3"}, "Penryn": {"sse4_1"}, "Nehalem": {"sse4_2"}, "Barcelona": {"sse4a"},
     "Sandybridge": {"avx"}, "Bulldozer": {"avx", "fma4"}, "Haswell": {"avx2", "fma"}, "Zen": {"avx2", "fma"},
     "SkylakeX": {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"},
     "Cooperlake": {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"},
 }
-"""x86-64 OpenBLAS core types (`OPENBLAS_CORETYPE`) and the CPU flags their kernels need."""
+"""x86-64 OpenBLAS core types (`OPENBLAS_CORETYPE`) and the CPU flags their kernels need (Linux's names: `pni` is
+SSE3)."""
 
 
+@functools.cache
 def core_types() -> tuple[dict[str, str], dict[str, str]]:
     """The OpenBLAS kernels this processor can run: ({core type: the kernel OpenBLAS reports running}, one per
     distinct kernel) and ({core type: why it is skipped}: flags the processor lacks, a kernel that another name
