@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyses.engine.cache import COMMON, Cache, result_outputs
+from analyses.engine.cache import COMMON, Cache, Outputs, result_outputs
 from analyses.engine.results import (
     COUNT_SHARE,
     EXACT,
@@ -237,3 +237,43 @@ def test_a_hand_edited_table_that_the_book_includes_is_not_reproduced(tmp_path):
     markdown = entry / "t.md"
     markdown.write_text(markdown.read_text().replace("1.50", "1.60"))
     assert compare(entry, _toy()) == ["table t: the included t.md differs from the recomputed table's"]
+
+
+def _resealed(cache: Cache, scope: str, name: str, edit) -> None:
+    """Edit an entry's files and write it back as the engine does (each output's sha256 and the manifest's seal
+    recomputed), so that only a comparison with a recomputation can tell."""
+    entry = cache.entry(scope, name)
+    manifest = json.loads((entry / "manifest.json").read_text())
+    files = {f: (entry / f).read_bytes() for f in manifest["outputs"]}
+    edit(manifest, files)
+    manifest = {k: v for k, v in manifest.items() if k not in ("outputs", "seal")}
+    cache.write(scope, name, manifest, Outputs(files))
+
+
+def test_a_hand_edited_status_note_or_skip_reason_is_not_reproduced(tmp_path, tiny_checkpoint, monkeypatch):
+    """The notes the book includes (status.md: a skip's reason, or a provenance line) are compared with what the
+    manifest and today's inputs give: an edit resealed into the manifest is still found (issue 34)."""
+    from analyses.engine.fingerprints import input_fingerprint, library_versions
+    from analyses.engine.pipeline import Job, run
+    from analyses.engine.registry import Analysis
+    from analyses.engine.sources import local_source
+    from analyses.engine.verify import check
+
+    monkeypatch.setattr(Job, "inputs", lambda self: input_fingerprint(self.source.fingerprint, "c" * 64, {},
+                                                                      library_versions()))
+    source = local_source("tiny-gpt2", tiny_checkpoint)
+    computed = Job(Analysis("norm", "Norm", lambda tensors, shape: Result(
+        {"n": Number(float(np.linalg.norm(tensors["W_pos"])), ".3f", "norm")})), "tiny_gpt2", source)
+    skipped = Job(Analysis("tokens", "Tokens", lambda tensors, shape: Result(), needs=("W_E",)), "tiny_gpt2", source)
+    cache = Cache(tmp_path / "cache", tmp_path / "_variables.yml")
+    run([computed, skipped], cache, progress=False)
+    assert check(computed, cache)[0].problems == [] and check(skipped, cache)[0].problems == []
+
+    _resealed(cache, "tiny_gpt2", "norm", lambda m, files: files.update({"status.md": b"*Computed elsewhere.*\n"}))
+    assert check(computed, cache)[0].problems == ["the included status.md differs from the note its manifest gives"]
+
+    def new_reason(manifest, files):
+        manifest["reason"] = "Not needed."
+        files["status.md"] = files["status.md"].replace(b"does not contain", b"need not contain")
+    _resealed(cache, "tiny_gpt2", "tokens", new_reason)
+    assert check(skipped, cache)[0].problems[0].startswith("the cached reason for the skip differs from today's")
