@@ -38,7 +38,7 @@ from pathlib import Path
 from analyses.engine.cache import COMMON, Cache, RootError, checked_root, find_root
 from analyses.engine.checkpoint import WeightsError
 from analyses.engine.registry import UnknownAnalysisError
-from analyses.engine.sources import MODELS, REPORT_MODELS, WEIGHTS_ENV, model_spec, open_source
+from analyses.engine.sources import MODELS, REPORT_MODELS, WEIGHTS_ENV, model_spec, named_weights, open_source
 from analyses.engine.provenance import UnknownKeyError
 
 EXIT_STALE, EXIT_USAGE, EXIT_UNVERIFIED, EXIT_OS, EXIT_INTERRUPTED, EXIT_TERMINATED = 1, 2, 3, 4, 130, 143
@@ -81,7 +81,8 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--model", action="append", metavar="M",
                         help=f"model name (repeatable); default: {', '.join(REPORT_MODELS)}")
     common.add_argument("--weights", type=Path, metavar="DIR",
-                        help=f"local directory with the model's weights (for gpt2 also ${WEIGHTS_ENV})")
+                        help=f"local directory with the model's weights (for gpt2 also ${WEIGHTS_ENV}, "
+                             "for gpt1 $GPT1_WEIGHTS)")
     common.add_argument("--root", type=Path, metavar="DIR",
                         help="the report repository whose report/_cache and _variables.yml to use "
                              "(default: the one containing the working directory)")
@@ -152,7 +153,7 @@ def _jobs(args):
             source.shape, source.fingerprint, source.tensors  # fail now, with one clear message
             sources.append(source)
         except WeightsError as exc:
-            named = args.weights is not None or (model == "gpt2" and os.environ.get(WEIGHTS_ENV))
+            named = args.weights is not None or named_weights(model) is not None
             if named or model_spec(model).package:
                 raise
             warnings.append(f"{model}: weights unavailable, checked without them ({exc})")
