@@ -10,34 +10,18 @@ from collections.abc import Mapping
 import numpy as np
 
 from analyses.toolkit import plotting
-from analyses.toolkit.position_profile import STATISTICS, profile, windows
-from analyses.toolkit.sinusoids import sinusoidal_table
+from analyses.toolkit.linalg import explained_variance_ratio
+from analyses.toolkit.position_profile import FORMATS, HEADERS, STATISTICS, STRIDE, WINDOW, compared_tables, profile
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table
 from analyses.engine.sources import ModelShape
 
-FORMATS = {"top3_share": ".1%", "k90": "d", "turns": ".2f", "pair_ratio": ".2f", "toeplitz_share": ".0%",
-           "row0_over_median": ".2f"}
 DESCRIPTIONS = {"top3_share": "variance share of the top 3 principal components",
                 "k90": "principal components needed for 90% of the variance",
                 "turns": "turns of the top two principal coordinates' angle about the centroid, over every row",
                 "pair_ratio": "λ₂/λ₁ of the centred Gram matrix",
                 "toeplitz_share": "Toeplitz share τ of the centred Gram matrix",
                 "row0_over_median": "norm of the first row over the median row norm"}
-COLUMNS = ("top-3 share", "k for 90%", "turns", "λ₂/λ₁", "Toeplitz share", "row 0 / median")
-
-
-def tables(P: np.ndarray, window: int, stride: int, sinusoid_base: float) -> dict[str, tuple[str, np.ndarray]]:
-    """key -> (label, table): the learned table, its windows (where it is longer than `window`), and the sinusoidal
-    table of each of those shapes."""
-    n, d = P.shape
-    out = {"all": (f"learned, positions 0–{n - 1}", P)}
-    starts = windows(n, window, stride) if n > window else []
-    out |= {f"w{a}": (f"learned, positions {a}–{a + window - 1}", P[a:a + window]) for a in starts}
-    out["sinusoidal"] = (f"sinusoidal, {n} × {d}", sinusoidal_table(n, d, sinusoid_base))
-    if starts:
-        out["sinusoidal_window"] = (f"sinusoidal, {window} × {d}", sinusoidal_table(window, d, sinusoid_base))
-    return out
 
 
 def position_profile(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, window: int, stride: int,
@@ -46,18 +30,16 @@ def position_profile(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, wi
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
     numbers = {"window": Number(window, "d", "positions per window where the table is longer"),
                "stride": Number(stride, "d", "positions between the starts of consecutive windows")}
-    rows, arrays, compared = [], {}, tables(P, window, stride, sinusoid_base)
+    rows, arrays, compared = [], {}, compared_tables(P, window, stride, sinusoid_base)
     for key, (label, X) in compared.items():
         stats = profile(X)
         numbers |= {f"{key}_{s}": Number(stats[s], FORMATS[s], f"{label}: {DESCRIPTIONS[s]}") for s in STATISTICS}
         rows.append((label, len(X), *(stats[s] for s in STATISTICS)))
-        centred = X - X.mean(axis=0)
-        s = np.linalg.svd(centred, compute_uv=False)
-        arrays[f"cumulative_{key}"] = np.cumsum(s**2)[:64] / np.sum(s**2)
+        arrays[f"cumulative_{key}"] = np.cumsum(explained_variance_ratio(X))[:64]
     numbers["n_windows"] = Number(sum(key.startswith("w") for key in compared), "d",
                                   f"windows of {window} positions in a longer learned table")
-    table = Table(("table", "positions", *COLUMNS), tuple(rows),
-                  formats=dict(zip(COLUMNS, (FORMATS[s] for s in STATISTICS))))
+    table = Table(("table", "positions", *HEADERS.values()), tuple(rows),
+                  formats={HEADERS[s]: FORMATS[s] for s in STATISTICS})
     return Result(numbers, {"profile": table}, arrays)
 
 
@@ -83,6 +65,6 @@ def plot_cumulative(result: Result, shape: ModelShape):
 
 register(
     "position_profile", "The position table in six statistics, beside its windows and the sinusoidal table",
-    position_profile, needs=("W_pos",), params={"window": 512, "stride": 256, "sinusoid_base": 10000.0},
+    position_profile, needs=("W_pos",), params={"window": WINDOW, "stride": STRIDE, "sinusoid_base": 10000.0},
     figures={"cumulative": plot_cumulative}, groups=("position table",),
 )

@@ -36,7 +36,7 @@ FileFn = Callable[[Result, ModelShape | None], str]
 ENGINE = "analyses.engine"
 TOOLKIT = "analyses.toolkit"
 FRONT_ENDS = frozenset({"analyses.engine.cli", "analyses.engine.bench", "analyses.engine.verify",
-                        "analyses.engine.provenance", "analyses.__main__"})
+                        "analyses.engine.provenance", "analyses.engine.compare", "analyses.__main__"})
 """Modules that start runs, check or print, but shape no cached byte: left out of every code hash."""
 
 
