@@ -183,3 +183,11 @@ def test_real_gpt1_table_matches_its_checksums_and_its_readme(gpt1_weights):
     np.testing.assert_allclose(P[0, :3], [-0.00032641, -0.01188554, 0.00150986], atol=5e-9)
     norms = np.linalg.norm(P.astype(np.float64), axis=1)
     assert (int(norms.argmin()), int(norms.argmax())) == (13, 494)
+
+
+def test_a_whole_local_checkpoint_is_used_as_it_is(table_and_hub, monkeypatch):
+    _, whole, cache = table_and_hub
+    _hub_copy(cache, whole)
+    monkeypatch.setenv(GPT1_WEIGHTS_ENV, str(whole))
+    source = open_source("gpt1")
+    assert source.directory == whole.resolve() and "W_E" in source.tensors

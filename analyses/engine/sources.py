@@ -337,13 +337,14 @@ def open_source(name: str, weights: Path | str | None = None) -> WeightSource:
     """Resolve a model name to its weights: `weights` dir, then the model's environment variable
     ($GPT2_WEIGHTS, $GPT1_WEIGHTS), then the project's trained models, the package or the hub.
 
-    GPT-1's local directory holds its position table alone: where the hub's whole checkpoint can be had
-    (reachable, or in the HF cache) it is used instead, once its table is found equal to the local one."""
+    GPT-1's shared directory holds its position table alone: where the hub's whole checkpoint can be had
+    (reachable, or in the HF cache) it is used instead, once its table is found equal to the local one. A
+    local directory with more than the table is used as it is."""
     spec = model_spec(name)
     weights = named_weights(spec.name) if weights is None else weights
     if weights is not None:
         local = local_source(spec.name, weights)
-        if spec.name != "gpt1":
+        if spec.name != "gpt1" or list(local.tensors) != ["W_pos"]:  # only GPT-1's table alone is completed
             return local
         try:
             hub = hub_source(spec.name)
