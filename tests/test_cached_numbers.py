@@ -50,7 +50,7 @@ def test_cached_result_equals_recomputation(scope, name, native_verdicts):
     assert CACHE.manifest(scope, name) is not None, f"{scope}/{name} is not cached: run `python -m analyses run`"
     verdict = native_verdicts.get(f"{scope}/{name}", "not recomputed by verify")
     if verdict.startswith("not checked"):
-        pytest.skip(f"{scope}/{name}: {verdict} (for GPT-2, set $GPT2_WEIGHTS)")
+        pytest.skip(f"{scope}/{name}: {verdict} (set $GPT2_WEIGHTS for GPT-2, $GPT1_WEIGHTS for GPT-1)")
     assert verdict == "reproduced", f"{scope}/{name}: {verdict}"
 
 

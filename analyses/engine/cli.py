@@ -10,10 +10,13 @@
     explain KEY [--recompute] [--weights DIR]                       where a cited number comes from: value, accuracy,
                                                                     function and file:line, inputs, freshness
     provenance [--check]                                            write (check) the book's provenance page
+    compare MODEL… [--out FILE]                                     the cross-model table of position tables for
+                                                                    named models, checkpoint dirs or hub repos
 
 Models default to the report's (gpt2 and all-MiniLM-L6-v2). GPT-2's weights come from
 --weights DIR, else $GPT2_WEIGHTS, else the Hugging Face hub; weights named by either must be
-usable. The cache lives in the repository that contains the working directory (or --root DIR,
+usable. GPT-1's position table comes from --weights DIR or $GPT1_WEIGHTS, or the whole model from the hub
+(checked against that table where both are at hand). The cache lives in the repository that contains the working directory (or --root DIR,
 which must be the repository).
 
 Exit codes: 0 done, or everything fresh (verify: reproduced); 1 (status) something is stale,
@@ -39,7 +42,7 @@ from pathlib import Path
 from analyses.engine.cache import COMMON, Cache, RootError, checked_root, find_root
 from analyses.engine.checkpoint import WeightsError
 from analyses.engine.registry import UnknownAnalysisError
-from analyses.engine.sources import MODELS, REPORT_MODELS, WEIGHTS_ENV, model_spec, open_source
+from analyses.engine.sources import MODELS, REPORT_MODELS, WEIGHTS_ENV, model_spec, named_weights, open_source
 from analyses.engine.provenance import UnknownKeyError
 
 EXIT_STALE, EXIT_USAGE, EXIT_UNVERIFIED, EXIT_OS, EXIT_INTERRUPTED, EXIT_TERMINATED = 1, 2, 3, 4, 130, 143
@@ -82,7 +85,8 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--model", action="append", metavar="M",
                         help=f"model name (repeatable); default: {', '.join(REPORT_MODELS)}")
     common.add_argument("--weights", type=Path, metavar="DIR",
-                        help=f"local directory with the model's weights (for gpt2 also ${WEIGHTS_ENV})")
+                        help=f"local directory with the model's weights (for gpt2 also ${WEIGHTS_ENV}, "
+                             "for gpt1 $GPT1_WEIGHTS)")
     common.add_argument("--root", type=Path, metavar="DIR",
                         help="the report repository whose report/_cache and _variables.yml to use "
                              "(default: the one containing the working directory)")
@@ -116,6 +120,11 @@ def _parser() -> argparse.ArgumentParser:
     provenance = sub.add_parser("provenance", help="write the book's provenance page and its links' data from the cache")
     provenance.add_argument("--check", action="store_true", help="write nothing; exit 1 if either file is out of date")
     provenance.add_argument("--root", type=Path, metavar="DIR", help="the report repository (default: the working one)")
+    compare = sub.add_parser("compare", help="the report's cross-model table of position tables for any models: "
+                                             "names it knows, checkpoint directories or hub repositories owner/name")
+    compare.add_argument("models", nargs="+", metavar="MODEL", help="a model name, a checkpoint directory or owner/name")
+    compare.add_argument("--out", type=Path, metavar="FILE", help="also write the table there (.csv: full precision; "
+                                                                  "otherwise markdown)")
     train = sub.add_parser("train", help="train the models the report trains itself (minutes each; never done by run)")
     train.add_argument("--model", action="append", metavar="M",
                        help=f"model to train (repeatable); default: {', '.join(TRAINED)}")
@@ -160,7 +169,7 @@ def _jobs(args):
             source.shape, source.fingerprint, source.tensors  # fail now, with one clear message
             sources.append(source)
         except WeightsError as exc:
-            named = args.weights is not None or (model == "gpt2" and os.environ.get(WEIGHTS_ENV))
+            named = args.weights is not None or named_weights(model) is not None
             if named or model_spec(model).package:
                 raise
             warnings.append(f"{model}: weights unavailable, checked without them ({exc})")
@@ -375,6 +384,13 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _compare(args) -> int:
+    from analyses.engine.compare import compare
+
+    print(compare(args.models, args.out), end="")
+    return 0
+
+
 def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -384,6 +400,8 @@ def _main(argv: list[str] | None) -> int:
             return _verify(args)
         if args.command == "train":
             return _train(args)
+        if args.command == "compare":
+            return _compare(args)
         if args.command in ("explain", "provenance"):
             return _explain(args) if args.command == "explain" else _provenance(args)
         return _run(args) if args.command == "run" else _status(args)

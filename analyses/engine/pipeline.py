@@ -19,9 +19,9 @@ from analyses.engine import index, workers
 from analyses.engine.cache import COMMON, Cache, result_outputs
 from analyses.engine.checkpoint import WeightsError
 from analyses.engine.fingerprints import input_fingerprint, library_versions
-from analyses.engine.registry import Analysis, UnknownAnalysisError, all_analyses
+from analyses.engine.registry import Analysis, UnknownAnalysisError, all_analyses, unread_family
 from analyses.engine.results import Result
-from analyses.engine.sources import MODELS, WEIGHTS_ENV, ModelSpec, WeightSource
+from analyses.engine.sources import MODELS, WEIGHTS_ENVS, ModelSpec, WeightSource
 from analyses.engine.tensors import TRAINING_RECORD
 from analyses.toolkit.plotting import render
 
@@ -133,7 +133,15 @@ def skip_reason(job: Job, missing: list[str]) -> str:
         return (f"This analysis reads a training run's history ({', '.join(f'`{m}`' for m in missing)}), which only "
                 f"a model this project trains itself records (`python -m analyses train`); {model} was trained "
                 "elsewhere, and no history of its training is published.")
-    unset = f", with `${WEIGHTS_ENV}` unset" if model == "gpt2" else ""
+    family = job.source.shape.family
+    if unread_family(family) in missing:
+        return (f"This analysis reads the blocks of GPT-2 (LayerNorm before each sublayer) or BERT (after each, "
+                f"bidirectional), or runs them on text; {model}'s blocks ({family}: LayerNorm after each sublayer, "
+                "causal, no final LayerNorm) are neither, and no reading of them is written, so it was not run."
+                + (f" The checkpoint, from {job.source.origin}, also lacks "
+                   f"{', '.join(f'`{m}`' for m in missing if m != unread_family(family))}."
+                   if len(missing) > 1 else ""))
+    unset = f", with `${WEIGHTS_ENVS[model]}` unset" if model == "gpt2" else ""
     where = (f"where the Hugging Face hub is reachable (`{repo}`{unset}), or with `--weights DIR` naming a full "
              "local checkpoint" if repo else "with `--weights DIR` naming a full checkpoint")
     return (f"This checkpoint of {model}, from {job.source.origin}, does not contain "

@@ -15,7 +15,7 @@ canonical name             shape                          meaning
 ``blocks.L.attn.W_O``      [n_heads, d_head, d_model]     output map of each head
 ``blocks.L.attn.b_O``      [d_model]
 ``blocks.L.ln1.w`` / ``.b`` [d_model]                     LayerNorm before (GPT-2) or
-``blocks.L.ln2.w`` / ``.b`` [d_model]                     after (BERT) each sublayer
+``blocks.L.ln2.w`` / ``.b`` [d_model]                     after (BERT, GPT-1) each sublayer
 ``blocks.L.mlp.W_in``      [d_model, d_mlp]               also ``b_in`` [d_mlp]
 ``blocks.L.mlp.W_out``     [d_mlp, d_model]               also ``b_out`` [d_model]
 ``ln_final.w`` / ``.b``    [d_model]                      GPT-2's final LayerNorm
@@ -195,7 +195,17 @@ def _bert_rules(shape: ModelShape) -> dict[str, Rule]:
     return rules
 
 
-_RULES = {"gpt2": _gpt2_rules, "bert": _bert_rules}
+def _openai_gpt_rules(shape: ModelShape) -> dict[str, Rule]:
+    """Canonical name -> Rule for GPT-1 (`openai-gpt`): GPT-2's Conv1D blocks under its own names
+    (`tokens_embed`, `positions_embed`), with `ln_1` after the attention and `ln_2` after the MLP, as BERT's
+    ln1 and ln2 are (post-LN), and no final LayerNorm."""
+    rules = {k: r for k, r in _gpt2_rules(shape).items() if not k.startswith("ln_final.")}
+    rules["W_pos"] = Rule(("positions_embed.weight",), rules["W_pos"].shapes, _same)
+    rules["W_E"] = Rule(("tokens_embed.weight",), rules["W_E"].shapes, _same)
+    return rules
+
+
+_RULES = {"gpt2": _gpt2_rules, "bert": _bert_rules, "openai-gpt": _openai_gpt_rules}
 
 
 def canonical_names(shape: ModelShape) -> list[str]:
