@@ -35,17 +35,14 @@ import signal
 import sys
 from pathlib import Path
 
-from analyses.engine.cache import COMMON, Cache, RootError, checked_root, find_root
+from analyses.engine.cache import COMMON, Cache, DamagedEntry, RootError, checked_root, find_root
 from analyses.engine.checkpoint import WeightsError
 from analyses.engine.registry import UnknownAnalysisError
 from analyses.engine.sources import MODELS, REPORT_MODELS, WEIGHTS_ENV, model_spec, open_source
 from analyses.engine.provenance import UnknownKeyError
+from analyses.engine.workers import Terminated, WorkerDied
 
-EXIT_STALE, EXIT_USAGE, EXIT_UNVERIFIED, EXIT_OS, EXIT_INTERRUPTED, EXIT_TERMINATED = 1, 2, 3, 4, 130, 143
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so that it is cleaned up the same way."""
+EXIT_STALE, EXIT_USAGE, EXIT_UNVERIFIED, EXIT_OS, EXIT_WORKER, EXIT_INTERRUPTED, EXIT_TERMINATED = 1, 2, 3, 4, 5, 130, 143
 
 
 def _terminate(signum, frame):
@@ -135,8 +132,8 @@ def _cache(args) -> Cache:
 
 def _jobs(args):
     """Plan jobs, each model once (however often, or by whichever alias, it is named). Weights that were
-    named (--weights, $GPT2_WEIGHTS) or ship in a package must open; only a model from the hub that cannot
-    be reached is planned without its weights (and named in the warnings)."""
+    named (--weights, $GPT2_WEIGHTS), ship in a package or are committed here (a trained model) must open;
+    only a model from the hub that cannot be reached is planned without its weights (named in the warnings)."""
     from analyses.engine.pipeline import plan, select
     from analyses.engine.report import figures_shown
 
@@ -152,8 +149,8 @@ def _jobs(args):
             source.shape, source.fingerprint, source.tensors  # fail now, with one clear message
             sources.append(source)
         except WeightsError as exc:
-            named = args.weights is not None or (model == "gpt2" and os.environ.get(WEIGHTS_ENV))
-            if named or model_spec(model).package:
+            named = args.weights is not None or (model == "gpt2" and WEIGHTS_ENV in os.environ)
+            if named or model_spec(model).package or model_spec(model).recipe is not None:  # committed here too
                 raise
             warnings.append(f"{model}: weights unavailable, checked without them ({exc})")
             sources.append(model_spec(model))
@@ -255,19 +252,32 @@ def _status(args) -> int:
         _say(f"{path:45s} LEFTOVER of an interrupted write (the next `run` removes it)")
     for problem in report.index_problems:
         _say(f"STALE: {problem}")
+    pages = _outdated_pages(cache.variables.parent)
+    for path in pages:
+        _say(f"STALE: {path} differs from the cache (the pre-render step, or `python -m analyses provenance`, "
+             "rewrites it)")
     trained = _trained_states({job.source.name for job in jobs if job.source is not None})
     for name, state in trained:
         _say(f"{name:45s} {state.upper() if state == 'missing' else 'STALE: ' + state[len('stale: '):]}: "
              f"`python -m analyses train --model {name}`")
-    if report.problems or trained:
-        _say(f"{report.problems + len(trained)} problems: run `python -m analyses run`"
-             + (" --prune" if report.orphans else "") + (" after `train`" if trained else ""))
+    if report.problems or trained or pages:
+        _say(f"{report.problems + len(trained) + len(pages)} problems: run `python -m analyses run`"
+             + (" --prune" if report.orphans else "") + (" after `train`" if trained else "")
+             + (" and `python -m analyses provenance`" if pages else ""))
         return EXIT_STALE
     if report.unverified:
         _say(f"fresh, but {len(report.unverified)} results were not checked against their weights (unavailable)")
         return EXIT_UNVERIFIED
     _say(f"all {len(jobs)} cached results and the cited files are fresh")
     return 0
+
+
+def _outdated_pages(root: Path) -> list[str]:
+    """The book's provenance page and its links' data where they differ from the cache (none if the book has no
+    such page)."""
+    from analyses.engine import provenance
+
+    return provenance.outdated(root, provenance.Provenance.of(root)) if provenance.in_book(root) else []
 
 
 def _verify(args) -> int:
@@ -347,6 +357,8 @@ def _provenance(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if hasattr(sys.stdout, "reconfigure"):  # a terminal that cannot show ± or → gets \xb1, not a traceback
+        sys.stdout.reconfigure(errors="backslashreplace")
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return _main(argv)
@@ -366,12 +378,15 @@ def _main(argv: list[str] | None) -> int:
         if args.command in ("explain", "provenance"):
             return _explain(args) if args.command == "explain" else _provenance(args)
         return _run(args) if args.command == "run" else _status(args)
-    except (WeightsError, RootError) as exc:
+    except (WeightsError, RootError, DamagedEntry) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except (UnknownAnalysisError, UnknownKeyError) as exc:
         print(f"error: {exc.args[0]}", file=sys.stderr)
         return EXIT_USAGE
+    except WorkerDied as exc:
+        print(f"error: {exc}; its cache entry is unchanged", file=sys.stderr)
+        return EXIT_WORKER
     except KeyboardInterrupt as exc:
         what, code = ("terminated", EXIT_TERMINATED) if isinstance(exc, Terminated) else ("interrupted",
                                                                                            EXIT_INTERRUPTED)

@@ -62,6 +62,8 @@ class WeightSource:
             return json.loads(path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise WeightsError(f"{path} is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise WeightsError(f"{path} is nested too deeply to be a model's config") from None
 
     @cached_property
     def shape(self) -> ModelShape:
@@ -223,8 +225,15 @@ def local_source(name: str, directory: Path | str) -> WeightSource:
     """A model read from a local directory; its config must match the named model's shape. Its origin reads
     the same whether the directory was named by `--weights` or by `$GPT2_WEIGHTS`, since skip reasons cite it."""
     spec = model_spec(name)
-    directory = Path(directory).expanduser().resolve()
-    if not directory.is_dir():
+    try:
+        directory = Path(directory).expanduser().resolve()
+        found = directory.is_dir()
+    except (OSError, RuntimeError) as exc:  # a name too long for the system, a symlink loop (RuntimeError), …
+        text = str(directory)
+        shown = text if len(text) <= 80 else f"{text[:60]}… ({len(text)} characters)"
+        why = "a symlink loop" if isinstance(exc, RuntimeError) else exc.strerror or str(exc)
+        raise WeightsError(f"weights directory {shown} cannot be looked up: {why}") from None
+    if not found:
         raise WeightsError(f"weights directory not found: {directory}")
     return WeightSource(spec.name, spec.slug, directory, "a local directory", expected=spec.expected)
 
@@ -301,15 +310,36 @@ def trained_source(name: str) -> WeightSource:
     if not (directory / "model.safetensors").is_file():
         raise WeightsError(f"{spec.name} has not been trained here ({directory} lacks model.safetensors): "
                            f"python -m analyses train --model {spec.name}")
+    check_committed(spec.name, directory)
     return WeightSource(spec.name, spec.slug, directory, "trained by this project", expected=spec.expected)
+
+
+def check_committed(name: str, directory: Path) -> None:
+    """A committed model's directory against its SHA256SUMS, which must be there and list every other file, each
+    with its digest: anything else is damage to the repository (a WeightsError naming the file), never a warning."""
+    sums = directory / "SHA256SUMS"
+    restore = f"the committed model {name} is damaged: restore it (`git checkout -- {directory.parent.name}/{name}`)"
+    if not sums.is_file():
+        raise WeightsError(f"{sums} is missing, so its files cannot be checked: {restore}")
+    listed = read_sums(sums)
+    present = sorted(p.name for p in directory.iterdir() if p.name != sums.name)
+    for file in sorted(set(present) | set(listed)):
+        path = directory / file
+        why = ("is not listed in SHA256SUMS" if file not in listed else "is missing" if not path.is_file()
+               else "does not match SHA256SUMS" if sha256_file(path) != listed[file] else None)
+        if why:
+            raise WeightsError(f"{path} {why}: {restore}")
 
 
 def open_source(name: str, weights: Path | str | None = None) -> WeightSource:
     """Resolve a model name to its weights: `weights` dir, then $GPT2_WEIGHTS for gpt2, then the project's
     trained models, the package or the hub."""
     spec = model_spec(name)
-    if weights is None and spec.name == "gpt2" and os.environ.get(WEIGHTS_ENV):
+    if weights is None and spec.name == "gpt2" and WEIGHTS_ENV in os.environ:
         weights = os.environ[WEIGHTS_ENV]
+        if not weights.strip():
+            raise WeightsError(f"${WEIGHTS_ENV} is set but empty: name GPT-2's weights directory, or unset it to "
+                               "use the Hugging Face hub")
     if weights is not None:
         return local_source(spec.name, weights)
     if spec.recipe is not None:
