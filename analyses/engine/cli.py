@@ -17,14 +17,16 @@ usable. The cache lives in the repository that contains the working directory (o
 which must be the repository).
 
 Exit codes: 0 done, or everything fresh (verify: reproduced); 1 (status) something is stale,
-orphaned, left over or cited wrongly (explain: the key's entry is stale; verify, explain --recompute:
-a value outside its declared accuracy, or a printed string changed; provenance --check: the page
-differs from the cache's); 2 a usage or input error (unknown model, analysis or key, unusable weights,
-a computed result that would become skipped, no repository); 3 (status, verify) fresh as far as it could be checked,
-but some model's weights were unavailable (the hub, not named), so their fingerprints were not
-checked; 4 an operating-system error (disk full, read-only files, permissions); 130 interrupted
-(SIGINT); 143 terminated (SIGTERM, handled like SIGINT). Every error is one line on stderr; a
-closed stdout (`status | head -1`) is not an error.
+orphaned, left over or cited wrongly, the provenance page included (explain: the key's entry is stale;
+verify, explain --recompute: a value outside its declared accuracy, or a printed string changed;
+provenance --check: the page differs from the cache's); 2 a usage or input error (unknown model,
+analysis or key, unusable weights, a damaged committed model, a computed result that would become
+skipped, a cited entry, damaged or gone, that a targeted run would drop, no repository); 3 (status,
+verify) fresh as far as it could be checked, but some model's weights were unavailable (the hub, not
+named), so their fingerprints were not checked; 4 an operating-system error (disk full, read-only
+files, permissions); 5 a worker died without its result (killed by a signal: SIGKILL, SIGSEGV);
+130 interrupted (SIGINT); 143 terminated (SIGTERM, handled like SIGINT). Every error is one line on
+stderr; a closed stdout (`status | head -1`) is not an error.
 """
 
 from __future__ import annotations
@@ -40,9 +42,13 @@ from analyses.engine.checkpoint import WeightsError
 from analyses.engine.registry import UnknownAnalysisError
 from analyses.engine.sources import MODELS, REPORT_MODELS, WEIGHTS_ENV, model_spec, open_source
 from analyses.engine.provenance import UnknownKeyError
-from analyses.engine.workers import Terminated, WorkerDied
+from analyses.engine.workers import WorkerDied
 
 EXIT_STALE, EXIT_USAGE, EXIT_UNVERIFIED, EXIT_OS, EXIT_WORKER, EXIT_INTERRUPTED, EXIT_TERMINATED = 1, 2, 3, 4, 5, 130, 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so that it is cleaned up the same way."""
 
 
 def _terminate(signum, frame):
@@ -391,7 +397,10 @@ def _main(argv: list[str] | None) -> int:
         what, code = ("terminated", EXIT_TERMINATED) if isinstance(exc, Terminated) else ("interrupted",
                                                                                            EXIT_INTERRUPTED)
         kept = "the committed models are unchanged" if args.command == "train" else "the cache keeps its previous entries"
-        print(f"{what}: {kept} (nothing is left half-written)", file=sys.stderr)
+        worker = getattr(exc, "worker", None)  # the signal reached that worker alone
+        where = f" (the worker computing {worker} got {'SIGTERM' if code == EXIT_TERMINATED else 'SIGINT'})" \
+            if worker else ""
+        print(f"{what}{where}: {kept} (nothing is left half-written)", file=sys.stderr)
         return code
     except OSError as exc:
         where = f": {exc.filename}" if exc.filename else ""

@@ -318,9 +318,10 @@ def check_committed(name: str, directory: Path) -> None:
     """A committed model's directory against its SHA256SUMS, which must be there and list every other file, each
     with its digest: anything else is damage to the repository (a WeightsError naming the file), never a warning."""
     sums = directory / "SHA256SUMS"
-    restore = f"the committed model {name} is damaged: restore it (`git checkout -- {directory.parent.name}/{name}`)"
+    restore = (f"so the committed model {name} is damaged: restore it with "
+               f"`git checkout -- {directory.parent.name}/{name}`")
     if not sums.is_file():
-        raise WeightsError(f"{sums} is missing, so its files cannot be checked: {restore}")
+        raise WeightsError(f"{sums} is missing, {restore}")
     listed = read_sums(sums)
     present = sorted(p.name for p in directory.iterdir() if p.name != sums.name)
     for file in sorted(set(present) | set(listed)):
@@ -328,7 +329,7 @@ def check_committed(name: str, directory: Path) -> None:
         why = ("is not listed in SHA256SUMS" if file not in listed else "is missing" if not path.is_file()
                else "does not match SHA256SUMS" if sha256_file(path) != listed[file] else None)
         if why:
-            raise WeightsError(f"{path} {why}: {restore}")
+            raise WeightsError(f"{path} {why}, {restore}")
 
 
 def open_source(name: str, weights: Path | str | None = None) -> WeightSource:

@@ -9,9 +9,10 @@ wall time, CPU time and the child's peak resident memory (from wait4).
 
 An exception in a child is sent back and raised again in the parent, with the child's traceback
 as a note; an interrupt (Ctrl-C reaches the whole process group) stops every child, and each
-child's own cleanup leaves the cache as it was. A child that ends without a result (killed by a
-signal, such as the out-of-memory killer's SIGKILL or a crash's SIGSEGV, or stopped by a SIGINT or
-SIGTERM sent to it alone) is a `WorkerDied` naming its job and the signal. A child never returns into the parent's code
+child's own cleanup leaves the cache as it was (a child stopped alone, by a SIGINT or SIGTERM
+sent to it only, is an interrupt of the run too, whose `worker` names its job). A child that ends
+without a result (killed by a signal, such as the out-of-memory killer's SIGKILL or a crash's
+SIGSEGV) is a `WorkerDied` naming its job and the signal. A child never returns into the parent's code
 (signals are blocked across the fork and every way out of the child ends in `os._exit`), so
 only the parent runs the run's cleanup and releases its lock; on Linux each child also asks
 the kernel for SIGTERM when its parent dies, so no worker outlives a killed run.
@@ -37,12 +38,8 @@ STOPS = {signal.SIGINT, signal.SIGTERM}
 PR_SET_PDEATHSIG = 1
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so that it is cleaned up the same way."""
-
-
 class WorkerDied(RuntimeError):
-    """A child that ended without a result: killed by a signal, or stopped by one that reached it alone."""
+    """A child that ended without a result: killed by a signal (SIGKILL, SIGSEGV, …) or exited early."""
 
 
 @dataclass(frozen=True)
@@ -165,9 +162,8 @@ def _collect(running: dict[int, tuple[str, int, float]], on_done) -> None:
         if not payload:
             raise WorkerDied(f"{label}: its worker died ({_describe(status)}) without a result")
         ok, value, child_traceback = pickle.loads(payload)
-        if not ok and isinstance(value, KeyboardInterrupt):  # a signal to this child alone, not to the run
-            stop = signal.SIGTERM if isinstance(value, Terminated) else signal.SIGINT
-            raise WorkerDied(f"{label}: its worker was stopped by {stop.name}, sent to it alone, without a result")
+        if not ok and isinstance(value, KeyboardInterrupt):  # SIGINT or SIGTERM reached this child alone
+            value.worker = label
         if not ok:
             if child_traceback and hasattr(value, "add_note"):
                 value.add_note(f"in the worker that ran {label}:\n{child_traceback}")
