@@ -11,7 +11,7 @@ locked or written when nothing needs writing.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -96,17 +96,23 @@ def plan(analyses: list[Analysis], sources: list[WeightSource | ModelSpec],
     return jobs + [job(a, COMMON, None) for a in analyses if a.scope == "common"]
 
 
-def owned(scope: str, name: str) -> bool:
+def owner() -> Callable[[str, str], bool]:
     """Whether a registered analysis owns the entry `scope/name` (runs in that kind of scope, on that model)."""
-    analysis = all_analyses().get(name)
+    registry = all_analyses()
     models = {spec.slug: spec for spec in MODELS.values()}
-    return analysis is not None and (scope == COMMON if analysis.scope == "common" else
-                                     scope in models and models[scope].runs(analysis.groups))
+
+    def owned(scope: str, name: str) -> bool:
+        analysis = registry.get(name)
+        return analysis is not None and (scope == COMMON if analysis.scope == "common" else
+                                         scope in models and models[scope].runs(analysis.groups))
+
+    return owned
 
 
 def orphans(cache: Cache) -> list[tuple[str, str]]:
     """Entries on disk that no registered analysis owns: an unknown analysis, an unknown model, or an
     analysis cached in the wrong kind of scope. They are never cited; `run --prune` removes them."""
+    owned = owner()
     return [(scope, name) for scope, name in cache.entries() if not owned(scope, name)]
 
 
@@ -220,7 +226,7 @@ def _refuse_dropping_citations(jobs: list[Job], cache: Cache) -> None:
         cited = yaml.safe_load(disk.variables) if disk is not None else None
     except yaml.YAMLError:
         return
-    running = {(job.scope, job.analysis.name) for job in jobs}
+    running, owned = {(job.scope, job.analysis.name) for job in jobs}, owner()
     dropped = [(scope, name, node) for scope, entries in (cited.items() if isinstance(cited, dict) else ())
                if isinstance(entries, dict) for name, node in entries.items()
                if name != "model" and (scope, name) not in running and owned(scope, name)]

@@ -96,7 +96,8 @@ def accuracy_text(accuracy: dict | None) -> str:
 
 def _code(analysis) -> tuple[str, str, int]:
     fn = analysis.compute
-    line = inspect.getsourcelines(fn)[1]
+    code = getattr(inspect.unwrap(fn), "__code__", None)  # its first line without tokenising the module (`status`)
+    line = code.co_firstlineno if code is not None else inspect.getsourcelines(fn)[1]
     module = inspect.getmodule(fn)
     return f"{fn.__module__}.{fn.__qualname__}", module.__name__.replace(".", "/") + ".py", line
 
