@@ -1,6 +1,7 @@
-"""What a hostile user tried (issue 19), each case with its documented outcome: the exit code, one line on
+"""What a hostile user tried (issues 19 and 34), each case with its documented outcome: the exit code, one line on
 stderr, no cited byte changed, nothing left behind. Every case works on a copy of a small computed repository
-(a tiny synthetic GPT-2 checkpoint, `position_matrix` and `checkpoint_inventory`)."""
+(a tiny synthetic GPT-2 checkpoint, `position_matrix` and `checkpoint_inventory`), or on a copy of the committed
+trained models that the engine is pointed at; none writes into the checkout."""
 
 from __future__ import annotations
 
