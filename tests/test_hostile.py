@@ -686,6 +686,11 @@ def test_unusable_weights_of_any_shape_are_one_line(repo, tmp_path, capsys, comm
     assert tree(repo.root) == before
 
 
+def test_a_root_too_long_for_the_system_is_a_usage_error(tmp_path, capsys):
+    code, _, err = call(capsys, "status", "--root", str(tmp_path / ("a" * 5000)))
+    assert code == cli.EXIT_USAGE and "cannot be looked up: File name too long" in one_line(err)
+
+
 def test_a_deeply_nested_training_record_is_a_weights_error(tmp_path):
     from analyses.engine.tensors import read_training_record
 

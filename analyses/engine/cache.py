@@ -79,7 +79,13 @@ def find_root(start: Path | str | None = None) -> Path:
 
 def checked_root(directory: Path) -> Path:
     """`directory` itself when it is a report repository (what --root names); never a new cache elsewhere."""
-    if not is_root(Path(directory)):
+    try:
+        found = is_root(Path(directory))
+    except OSError as exc:  # a name too long for the system, …
+        text = str(directory)
+        raise RootError(f"--root {text if len(text) <= 80 else text[:60] + '…'} cannot be looked up: "
+                        f"{exc.strerror or exc}") from None
+    if not found:
         raise RootError(f"--root {directory} is not the report's repository (no _quarto.yml with a report/ "
                         "folder beside it)")
     return Path(directory)
