@@ -20,14 +20,16 @@ usable. GPT-1's position table comes from --weights DIR or $GPT1_WEIGHTS, or the
 which must be the repository).
 
 Exit codes: 0 done, or everything fresh (verify: reproduced); 1 (status) something is stale,
-orphaned, left over or cited wrongly (explain: the key's entry is stale; verify, explain --recompute:
-a value outside its declared accuracy, or a printed string changed; provenance --check: the page
-differs from the cache's); 2 a usage or input error (unknown model, analysis or key, unusable weights,
-a computed result that would become skipped, no repository); 3 (status, verify) fresh as far as it could be checked,
-but some model's weights were unavailable (the hub, not named), so their fingerprints were not
-checked; 4 an operating-system error (disk full, read-only files, permissions); 130 interrupted
-(SIGINT); 143 terminated (SIGTERM, handled like SIGINT). Every error is one line on stderr; a
-closed stdout (`status | head -1`) is not an error.
+orphaned, left over or cited wrongly, the provenance page included (explain: the key's entry is stale;
+verify, explain --recompute: a value outside its declared accuracy, or a printed string changed;
+provenance --check: the page differs from the cache's); 2 a usage or input error (unknown model,
+analysis or key, unusable weights, a damaged committed model, a computed result that would become
+skipped, a cited entry, damaged or gone, that a targeted run would drop, no repository); 3 (status,
+verify) fresh as far as it could be checked, but some model's weights were unavailable (the hub, not
+named), so their fingerprints were not checked; 4 an operating-system error (disk full, read-only
+files, permissions); 5 a worker died without its result (killed by a signal: SIGKILL, SIGSEGV);
+130 interrupted (SIGINT); 143 terminated (SIGTERM, handled like SIGINT). Every error is one line on
+stderr; a closed stdout (`status | head -1`) is not an error.
 """
 
 from __future__ import annotations
@@ -39,13 +41,14 @@ import signal
 import sys
 from pathlib import Path
 
-from analyses.engine.cache import COMMON, Cache, RootError, checked_root, find_root
+from analyses.engine.cache import COMMON, Cache, DamagedEntry, RootError, checked_root, find_root
 from analyses.engine.checkpoint import WeightsError
 from analyses.engine.registry import UnknownAnalysisError
 from analyses.engine.sources import MODELS, REPORT_MODELS, WEIGHTS_ENV, model_spec, named_weights, open_source
 from analyses.engine.provenance import UnknownKeyError
+from analyses.engine.workers import WorkerDied
 
-EXIT_STALE, EXIT_USAGE, EXIT_UNVERIFIED, EXIT_OS, EXIT_INTERRUPTED, EXIT_TERMINATED = 1, 2, 3, 4, 130, 143
+EXIT_STALE, EXIT_USAGE, EXIT_UNVERIFIED, EXIT_OS, EXIT_WORKER, EXIT_INTERRUPTED, EXIT_TERMINATED = 1, 2, 3, 4, 5, 130, 143
 
 
 class Terminated(KeyboardInterrupt):
@@ -152,8 +155,8 @@ def _cache(args) -> Cache:
 
 def _jobs(args):
     """Plan jobs, each model once (however often, or by whichever alias, it is named). Weights that were
-    named (--weights, $GPT2_WEIGHTS) or ship in a package must open; only a model from the hub that cannot
-    be reached is planned without its weights (and named in the warnings)."""
+    named (--weights, $GPT2_WEIGHTS), ship in a package or are committed here (a trained model) must open;
+    only a model from the hub that cannot be reached is planned without its weights (named in the warnings)."""
     from analyses.engine.pipeline import plan, select
     from analyses.engine.report import figures_shown
 
@@ -170,7 +173,7 @@ def _jobs(args):
             sources.append(source)
         except WeightsError as exc:
             named = args.weights is not None or named_weights(model) is not None
-            if named or model_spec(model).package:
+            if named or model_spec(model).package or model_spec(model).recipe is not None:  # committed here too
                 raise
             warnings.append(f"{model}: weights unavailable, checked without them ({exc})")
             sources.append(model_spec(model))
@@ -272,19 +275,32 @@ def _status(args) -> int:
         _say(f"{path:45s} LEFTOVER of an interrupted write (the next `run` removes it)")
     for problem in report.index_problems:
         _say(f"STALE: {problem}")
+    pages = _outdated_pages(cache.variables.parent)
+    for path in pages:
+        _say(f"STALE: {path} differs from the cache (the pre-render step, or `python -m analyses provenance`, "
+             "rewrites it)")
     trained = _trained_states({job.source.name for job in jobs if job.source is not None})
     for name, state in trained:
         _say(f"{name:45s} {state.upper() if state == 'missing' else 'STALE: ' + state[len('stale: '):]}: "
              f"`python -m analyses train --model {name}`")
-    if report.problems or trained:
-        _say(f"{report.problems + len(trained)} problems: run `python -m analyses run`"
-             + (" --prune" if report.orphans else "") + (" after `train`" if trained else ""))
+    if report.problems or trained or pages:
+        _say(f"{report.problems + len(trained) + len(pages)} problems: run `python -m analyses run`"
+             + (" --prune" if report.orphans else "") + (" after `train`" if trained else "")
+             + (" and `python -m analyses provenance`" if pages else ""))
         return EXIT_STALE
     if report.unverified:
         _say(f"fresh, but {len(report.unverified)} results were not checked against their weights (unavailable)")
         return EXIT_UNVERIFIED
     _say(f"all {len(jobs)} cached results and the cited files are fresh")
     return 0
+
+
+def _outdated_pages(root: Path) -> list[str]:
+    """The book's provenance page and its links' data where they differ from the cache (none if the book has no
+    such page)."""
+    from analyses.engine import provenance
+
+    return provenance.outdated(root, provenance.Provenance.of(root)) if provenance.in_book(root) else []
 
 
 def _verify(args) -> int:
@@ -377,6 +393,8 @@ def _provenance(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if hasattr(sys.stdout, "reconfigure"):  # a terminal that cannot show ± or → gets \xb1, not a traceback
+        sys.stdout.reconfigure(errors="backslashreplace")
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return _main(argv)
@@ -405,17 +423,23 @@ def _main(argv: list[str] | None) -> int:
         if args.command in ("explain", "provenance"):
             return _explain(args) if args.command == "explain" else _provenance(args)
         return _run(args) if args.command == "run" else _status(args)
-    except (WeightsError, RootError) as exc:
+    except (WeightsError, RootError, DamagedEntry) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except (UnknownAnalysisError, UnknownKeyError) as exc:
         print(f"error: {exc.args[0]}", file=sys.stderr)
         return EXIT_USAGE
+    except WorkerDied as exc:
+        print(f"error: {exc}; its cache entry is unchanged", file=sys.stderr)
+        return EXIT_WORKER
     except KeyboardInterrupt as exc:
         what, code = ("terminated", EXIT_TERMINATED) if isinstance(exc, Terminated) else ("interrupted",
                                                                                            EXIT_INTERRUPTED)
         kept = "the committed models are unchanged" if args.command == "train" else "the cache keeps its previous entries"
-        print(f"{what}: {kept} (nothing is left half-written)", file=sys.stderr)
+        worker = getattr(exc, "worker", None)  # the signal reached that worker alone
+        where = f" (the worker computing {worker} got {'SIGTERM' if code == EXIT_TERMINATED else 'SIGINT'})" \
+            if worker else ""
+        print(f"{what}{where}: {kept} (nothing is left half-written)", file=sys.stderr)
         return code
     except OSError as exc:
         where = f": {exc.filename}" if exc.filename else ""

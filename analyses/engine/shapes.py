@@ -59,6 +59,13 @@ def _config_value(config: dict, key: str, path: Path, kind: type = int, default=
     return value
 
 
+ACTIVATIONS = {"gpt2": ("activation_function", "gelu_new", ("gelu_new", "gelu_pytorch_tanh")),
+               "bert": ("hidden_act", "gelu", ("gelu",))}
+"""Per family whose blocks the forward pass computes: the config key of the MLP's activation, its default, and the
+values that name the function it computes (GPT-2's GELU with the tanh approximation, BERT's with erf); any other
+is refused."""
+
+
 def shape_from_config(name: str, config, path: Path | str = "config.json") -> ModelShape:
     """Read a GPT-2, GPT-1 (openai-gpt) or BERT config.json (already parsed) into a ModelShape, checking every key it uses."""
     path = Path(path)
@@ -84,6 +91,10 @@ def shape_from_config(name: str, config, path: Path | str = "config.json") -> Mo
         heads_key = "n_head"
     else:
         raise WeightsError(f"unsupported model_type {kind!r} in {path} of {name}; expected 'gpt2', 'openai-gpt' or 'bert'")
+    key, default, implemented = ACTIVATIONS.get(shape.family, (None, None, None))
+    if implemented is not None and config.get(key, default) not in implemented:
+        raise WeightsError(f"{path}: {key} {json.dumps(config.get(key))} is not implemented by the forward pass, "
+                           f"which computes {implemented[0]} for {shape.family}")
     if shape.d_model % shape.n_heads:
         raise WeightsError(f"{path}: the width {shape.d_model} is not divisible by {heads_key}={shape.n_heads}")
     return shape

@@ -65,6 +65,8 @@ class WeightSource:
             return json.loads(path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise WeightsError(f"{path} is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise WeightsError(f"{path} is nested too deeply to be a model's config") from None
 
     @cached_property
     def shape(self) -> ModelShape:
@@ -226,9 +228,15 @@ WEIGHTS_ENVS = {"gpt2": WEIGHTS_ENV, "gpt1": GPT1_WEIGHTS_ENV}
 
 
 def named_weights(name: str) -> str | None:
-    """The local directory the model's environment variable names (None when it has none, or it is unset)."""
+    """The local directory the model's environment variable names (None when it has none, or it is unset); a
+    variable set but empty is a mistake, not a request for the hub (a WeightsError)."""
     env = WEIGHTS_ENVS.get(model_spec(name).name)
-    return os.environ.get(env) or None if env else None
+    if env is None or env not in os.environ:
+        return None
+    if not os.environ[env].strip():
+        raise WeightsError(f"${env} is set but empty: name {model_spec(name).name}'s weights directory, or unset it to "
+                           "use the Hugging Face hub")
+    return os.environ[env]
 
 
 def _truthy(value: str | None) -> bool:
@@ -239,8 +247,15 @@ def local_source(name: str, directory: Path | str) -> WeightSource:
     """A model read from a local directory; its config must match the named model's shape. Its origin reads
     the same whether the directory was named by `--weights` or by `$GPT2_WEIGHTS`, since skip reasons cite it."""
     spec = model_spec(name)
-    directory = Path(directory).expanduser().resolve()
-    if not directory.is_dir():
+    try:
+        directory = Path(directory).expanduser().resolve()
+        found = directory.is_dir()
+    except (OSError, RuntimeError) as exc:  # a name too long for the system, a symlink loop (RuntimeError), …
+        text = str(directory)
+        shown = text if len(text) <= 80 else f"{text[:60]}… ({len(text)} characters)"
+        why = "a symlink loop" if isinstance(exc, RuntimeError) else exc.strerror or str(exc)
+        raise WeightsError(f"weights directory {shown} cannot be looked up: {why}") from None
+    if not found:
         raise WeightsError(f"weights directory not found: {directory}")
     return WeightSource(spec.name, spec.slug, directory, "a local directory", expected=spec.expected)
 
@@ -317,6 +332,7 @@ def trained_source(name: str) -> WeightSource:
     if not (directory / "model.safetensors").is_file():
         raise WeightsError(f"{spec.name} has not been trained here ({directory} lacks model.safetensors): "
                            f"python -m analyses train --model {spec.name}")
+    check_committed(spec.name, directory)
     return WeightSource(spec.name, spec.slug, directory, "trained by this project", expected=spec.expected)
 
 
@@ -331,6 +347,24 @@ def same_position_table(local: WeightSource, hub: WeightSource) -> WeightSource:
         raise WeightsError(f"the position table in {local.directory} differs from {hub.origin}'s ({detail}): "
                            "one of them is not the published model's")
     return hub
+
+
+def check_committed(name: str, directory: Path) -> None:
+    """A committed model's directory against its SHA256SUMS, which must be there and list every other file, each
+    with its digest: anything else is damage to the repository (a WeightsError naming the file), never a warning."""
+    sums = directory / "SHA256SUMS"
+    restore = (f"so the committed model {name} is damaged: restore it with "
+               f"`git checkout -- {directory.parent.name}/{name}`")
+    if not sums.is_file():
+        raise WeightsError(f"{sums} is missing, {restore}")
+    listed = read_sums(sums)
+    present = sorted(p.name for p in directory.iterdir() if p.name != sums.name)
+    for file in sorted(set(present) | set(listed)):
+        path = directory / file
+        why = ("is not listed in SHA256SUMS" if file not in listed else "is missing" if not path.is_file()
+               else "does not match SHA256SUMS" if sha256_file(path) != listed[file] else None)
+        if why:
+            raise WeightsError(f"{path} {why}, {restore}")
 
 
 def open_source(name: str, weights: Path | str | None = None) -> WeightSource:

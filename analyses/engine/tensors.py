@@ -89,6 +89,8 @@ def read_training_record(path: Path) -> dict:
         raise WeightsError(f"{path.parent} has no {RECORD_FILE}: train it with `python -m analyses train`") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise WeightsError(f"{path} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise WeightsError(f"{path} is nested too deeply to be a training record") from None
     if not isinstance(record, dict) or not all(isinstance(record.get(k), dict) for k in RECORD_PARTS):
         raise WeightsError(f"{path} is not a training record (it lacks {', '.join(RECORD_PARTS[:-1])} or "
                            f"{RECORD_PARTS[-1]})")
@@ -386,6 +388,18 @@ class Tensors(Mapping):
                     self._history_tensor(name)
                 elif name in self._rules:
                     for raw in self._rules[name].raw:
+                        self._raw_tensor(raw)
+
+    def check(self, needed: tuple[str, ...]) -> None:
+        """Read and check now (WeightsError naming the tensor) the raw tensors behind the names `needed` holds,
+        `W_E` for the token subspace, computing nothing from them (`status` checks the weights as `run` would)."""
+        for pattern in needed:
+            for name in expand(pattern, self._shape.n_layers):
+                read = "W_E" if name in TOKEN_SUBSPACE else name
+                if name in self._history_names():
+                    self._history_tensor(name)
+                elif read in self._rules:
+                    for raw in self._rules[read].raw:
                         self._raw_tensor(raw)
 
     def missing(self, needed: tuple[str, ...]) -> list[str]:

@@ -9,7 +9,10 @@ wall time, CPU time and the child's peak resident memory (from wait4).
 
 An exception in a child is sent back and raised again in the parent, with the child's traceback
 as a note; an interrupt (Ctrl-C reaches the whole process group) stops every child, and each
-child's own cleanup leaves the cache as it was. A child never returns into the parent's code
+child's own cleanup leaves the cache as it was (a child stopped alone, by a SIGINT or SIGTERM
+sent to it only, is an interrupt of the run too, whose `worker` names its job). A child that ends
+without a result (killed by a signal, such as the out-of-memory killer's SIGKILL or a crash's
+SIGSEGV) is a `WorkerDied` naming its job and the signal. A child never returns into the parent's code
 (signals are blocked across the fork and every way out of the child ends in `os._exit`), so
 only the parent runs the run's cleanup and releases its lock; on Linux each child also asks
 the kernel for SIGTERM when its parent dies, so no worker outlives a killed run.
@@ -33,6 +36,10 @@ BLAS_THREADS = 1
 STOPS = {signal.SIGINT, signal.SIGTERM}
 """The signals that stop a run: blocked while a child is forked, until it has set itself up."""
 PR_SET_PDEATHSIG = 1
+
+
+class WorkerDied(RuntimeError):
+    """A child that ended without a result: killed by a signal (SIGKILL, SIGSEGV, …) or exited early."""
 
 
 @dataclass(frozen=True)
@@ -155,8 +162,10 @@ def _collect(running: dict[int, tuple[str, int, float]], on_done) -> None:
         _, status, usage = os.wait4(pid, 0)
         measure = Measure(time.perf_counter() - start, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
         if not payload:
-            raise RuntimeError(f"{label}: the worker process died ({_describe(status)}) without a result")
+            raise WorkerDied(f"{label}: its worker died ({_describe(status)}) without a result")
         ok, value, child_traceback = pickle.loads(payload)
+        if not ok and isinstance(value, KeyboardInterrupt):  # SIGINT or SIGTERM reached this child alone
+            value.worker = label
         if not ok:
             if child_traceback and hasattr(value, "add_note"):
                 value.add_note(f"in the worker that ran {label}:\n{child_traceback}")
@@ -175,5 +184,7 @@ def _stop(pid: int, fd: int) -> None:
 
 def _describe(status: int) -> str:
     if os.WIFSIGNALED(status):
-        return f"signal {os.WTERMSIG(status)}"
+        number = os.WTERMSIG(status)
+        name = signal.Signals(number).name if number in signal.valid_signals() else f"signal {number}"
+        return f"killed by {name}" + (", as the out-of-memory killer does" if number == signal.SIGKILL else "")
     return f"exit code {os.waitstatus_to_exitcode(status)}"
