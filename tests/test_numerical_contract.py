@@ -251,8 +251,8 @@ def _resealed(cache: Cache, scope: str, name: str, edit) -> None:
 
 
 def test_a_hand_edited_status_note_or_skip_reason_is_not_reproduced(tmp_path, tiny_checkpoint, monkeypatch):
-    """The notes the book includes (status.md: a skip's reason, or a provenance line) are compared with what the
-    manifest and today's inputs give: an edit resealed into the manifest is still found (issue 34)."""
+    """The notes the book includes (status.md: empty, or the line saying why an analysis was skipped) are compared
+    with what the manifest and today's inputs give: an edit resealed into the manifest is still found (issue 34)."""
     from analyses.engine.fingerprints import input_fingerprint, library_versions
     from analyses.engine.pipeline import Job, run
     from analyses.engine.registry import Analysis
@@ -272,8 +272,9 @@ def test_a_hand_edited_status_note_or_skip_reason_is_not_reproduced(tmp_path, ti
     _resealed(cache, "tiny_gpt2", "norm", lambda m, files: files.update({"status.md": b"*Computed elsewhere.*\n"}))
     assert check(computed, cache)[0].problems == ["the included status.md differs from the note its manifest gives"]
 
-    def new_reason(manifest, files):
-        manifest["reason"] = "Not needed."
-        files["status.md"] = files["status.md"].replace(b"does not contain", b"need not contain")
-    _resealed(cache, "tiny_gpt2", "tokens", new_reason)
+    reason = cache.manifest("tiny_gpt2", "tokens")["reason"]
+    _resealed(cache, "tiny_gpt2", "tokens", lambda manifest, files: manifest.update(reason="Not needed."))
     assert check(skipped, cache)[0].problems[0].startswith("the cached reason for the skip differs from today's")
+    _resealed(cache, "tiny_gpt2", "tokens", lambda manifest, files: (manifest.update(reason=reason),
+                                                                     files.update({"status.md": b"*Computed.*\n"})))
+    assert check(skipped, cache)[0].problems == ["the included status.md differs from the note its manifest gives"]

@@ -9,7 +9,7 @@ Layout (committed, so the report renders without weights), under the repository 
         tables.json       the format and declared accuracy of each numeric column of each table
         arrays.json       a summary of each array that feeds a figure, with its declared accuracy
         <figure>.svg/.pdf figures for the web and for print
-        status.md         a provenance line, or the reason the analysis was skipped
+        status.md         empty, or one line saying the analysis was skipped and why
     report/_cache/provenance.md   one table of every cached result       (see `engine.index`)
     _variables.yml                the formatted numbers, for {{< var scope.analysis.key >}}
     report/_cache/.timings.json   wall time of each computation (not committed: it differs per run)

@@ -122,16 +122,26 @@ def cited_entries(cache: Cache) -> list[tuple[str, str]]:
     return [entry for entry in cache.entries() if entry not in stray]
 
 
+NOTICE = "@sec-data-weights"
+"""The one place the book says what each checkpoint holds, which every note of a skipped analysis points to."""
+
+
 def status_note(job: Job, manifest: dict) -> str:
-    """The status.md of an entry: the reason it was skipped, or one line of provenance."""
-    where = f" for {job.source.name}" if job.source else ""
-    if manifest["status"] == "skipped":
-        return (f"::: {{.callout-warning}}\n## Not computed: {job.analysis.title}{where}\n\n"
-                f"{manifest['reason']}\n:::\n")
-    weights = (f" from weights `sha256:{job.source.fingerprint['model.safetensors'][:12]}`"
-               if job.source else "")
-    return (f"*Computed{where}{weights} by analysis `{job.analysis.name}` "
-            f"(code `{manifest['input']['code'][:12]}`).*\n")
+    """The status.md a chapter includes where an analysis's results would be: nothing when it was computed (where a
+    number comes from is told by its link, its figure's caption and the provenance appendix, not in the reading
+    text); one line when it was skipped, pointing to the book's one notice of what each checkpoint holds (the whole
+    reason, with the command that computes it, is in the manifest, `explain` and the provenance appendix)."""
+    if manifest["status"] != "skipped":
+        return ""
+    missing = job.source.missing(job.needs)
+    if unread_family(job.source.shape.family) in missing:
+        why = "no reading of its blocks is written"
+    elif MODELS[job.source.name].recipe is None and all(m.startswith("history.") or m == TRAINING_RECORD
+                                                        for m in missing):
+        why = "only a model trained here has a training history"
+    else:
+        why = f"its checkpoint lacks {', '.join(f'`{m}`' for m in missing)}"
+    return f"*{job.analysis.title}: not computed for {job.source.name}, as {why} ({NOTICE}).*\n"
 
 
 def skip_reason(job: Job, missing: list[str]) -> str:

@@ -307,11 +307,13 @@ def check(job, cache, perturbation: Perturbation | None = None) -> tuple[Compari
             return Comparison([f"cached as {manifest.get('status')}, but the inputs are "
                                f"{'missing' if missing else 'present'}"]), None
         reason = skip_reason(job, missing)
-        return Comparison([] if manifest.get("reason") == reason else [
-            f"the cached reason for the skip differs from today's: {reason}"]) , None
+        if manifest.get("reason") != reason:
+            return Comparison([f"the cached reason for the skip differs from today's: {reason}"]), None
     note = entry / "status.md"
     if note.is_file() and note.read_text() != status_note(job, manifest):
         return Comparison(["the included status.md differs from the note its manifest gives"]), None
+    if manifest.get("status") == "skipped":
+        return Comparison(), None
     source = job.source
     tensors = source.tensors if source else None
     if perturbation is None:
