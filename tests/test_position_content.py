@@ -421,3 +421,16 @@ def test_real_gpt2_offline_splits_into_what_it_can_and_cannot_compute(gpt2_weigh
     assert missing == {"position_token_subspaces": [], "token_position_sum": ["W_E"],
                        "attention_position_content": [], "attention_energy_reading": [],
                        "mlp_position_content": ["blocks.*.mlp.W_in"]}
+
+
+def test_data_and_methods_says_what_gpt2s_e_is_where_it_first_appears():
+    """Issue 37, item 8: GPT-2's E is a published rank-500 PCA, not W_E; the chapter that introduces the data must
+    say so (source, per-token centring, the exact range, what cannot be checked) and not claim 'no substitutes'."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "report" / "data-and-methods.qmd").read_text()
+    assert "never run on substitutes" not in text
+    for needed in ("{#sec-data-token-pca}", "permanentmercy/CALF_POWERED_BY_BUG", "wwy-1208/TMT",
+                   "each token's mean over its dimensions", "replicate_exact_k", "cannot be checked offline"):
+        assert needed in text, needed
+    assert text.index("{#sec-data-token-pca}") < text.index("## How the weights were verified")
