@@ -24,8 +24,8 @@ from analyses.position_content.token_subspaces import position_token_subspaces
 from analyses.toolkit.subspaces import random_basis
 
 D = 24
-OVERLAP = {"ks": (3, 6), "angle_ks": (3,), "capture_k": 3, "n_random": 20, "seed": 0, "agreement_tol": 1e-4,
-           "sparse_vectors": 3, "sparse_mass": 0.9}
+OVERLAP = {"ks": (3, 6), "angle_ks": (3,), "capture_k": 3, "capture_ks": (1, 3), "n_random": 20, "seed": 0,
+           "agreement_tol": 1e-4, "sparse_vectors": 3, "sparse_mass": 0.9}
 
 
 def shape(family="gpt2", d=D, n_layers=2, n_heads=2, n_ctx=40, d_vocab=50) -> ModelShape:
@@ -175,8 +175,8 @@ def test_derived_pca_gives_the_numbers_of_the_full_token_embeddings(tmp_path, ti
     np.save(directory / "derived" / "wte_pca500_a.npy", T)
     np.save(directory / "derived" / "wte_pca500_b.npy", T)
     derived = local_source("tiny-gpt2", directory)
-    params = {"ks": (2, 4), "angle_ks": (2,), "capture_k": 2, "n_random": 10, "seed": 0, "agreement_tol": 1e-4,
-              "sparse_vectors": 2, "sparse_mass": 0.9}
+    params = {"ks": (2, 4), "angle_ks": (2,), "capture_k": 2, "capture_ks": (2,), "n_random": 10, "seed": 0,
+              "agreement_tol": 1e-4, "sparse_vectors": 2, "sparse_mass": 0.9}
     a = position_token_subspaces(full.tensors, full.shape, **params)
     b = position_token_subspaces(derived.tensors, derived.shape, **params)
     for key in ("energy_k2", "energy_k4", "angle_min_k2", "cos2_k2", "z_k4"):
@@ -367,8 +367,9 @@ def test_mlp_reads_planted_token_subspace_through_the_right_gain():
 
 
 def _small(name: str):
-    params = {"position_token_subspaces": {"ks": (2, 4), "angle_ks": (2,), "capture_k": 2, "n_random": 5, "seed": 0,
-                                           "agreement_tol": 1e-4, "sparse_vectors": 2, "sparse_mass": 0.9},
+    params = {"position_token_subspaces": {"ks": (2, 4), "angle_ks": (2,), "capture_k": 2, "capture_ks": (2,),
+                                           "n_random": 5, "seed": 0, "agreement_tol": 1e-4, "sparse_vectors": 2,
+                                           "sparse_mass": 0.9},
               "attention_energy_reading": {},
               "token_position_sum": {"n_pairs": 50, "seed": 0, "ks": (2,)},
               "attention_position_content": {"ks": (2, 4), "primary_k": 2, "strong": 1.5},
@@ -434,3 +435,47 @@ def test_data_and_methods_says_what_gpt2s_e_is_where_it_first_appears():
                    "each token's mean over its dimensions", "replicate_exact_k", "cannot be checked offline"):
         assert needed in text, needed
     assert text.index("{#sec-data-token-pca}") < text.index("## How the weights were verified")
+
+
+def test_the_verdicts_without_e_s_first_direction_remove_exactly_its_part():
+    """P on dimensions 0, 1, 2; E_c's first direction e_0 (inside P's dimensions) with σ₁ large, the others e_3..:
+    with v₁ E_c's energy sits in P's dimensions far above their share, without it none does, and the capture of
+    v₁ = e_0 by P's top-k subspace is 1 for every k that includes P's direction e_0 (ratio D/k), 0 before."""
+    rng = np.random.default_rng(7)
+    P = np.linalg.qr(rng.standard_normal((40, 3)))[0] * [3.0, 2.0, 1.0] @ np.eye(D)[:3]
+    V = np.eye(D)[:, [0, *range(3, D - 1)]]
+    S = np.concatenate([[20.0], np.linspace(5, 1, V.shape[1] - 1)])
+    result = position_token_subspaces(Given({"W_pos": P, "E_centred.S": S, "E_centred.V": V}), shape(), **OVERLAP)
+    n = values(result)
+    assert n["sparse_union"] == 3
+    assert n["sparse_e_energy"] == pytest.approx(S[0] ** 2 / np.sum(S**2))
+    assert n["sparse_e_ratio"] == pytest.approx(S[0] ** 2 / np.sum(S**2) / (3 / D))
+    assert n["sparse_e_energy_wo1"] == pytest.approx(0, abs=1e-15) and n["sparse_e_ratio_wo1"] == pytest.approx(0)
+    assert n["c1_ratio_k1"] == pytest.approx(D) and n["c1_ratio_k3"] == pytest.approx(D / 3)
+    assert n["c1_weighted"] == pytest.approx(D * 9 / 14)  # ‖P e_0‖²/‖P‖² = 9/(9 + 4 + 1)
+    assert n["e1_over_e2"] == pytest.approx(4.0) and n["e1_share"] == pytest.approx(400 / np.sum(S**2))
+    # P's energy in E's directions 2..k: none (they avoid P's dimensions), against (k − 1)/D
+    assert n["ratio_wo1_k3"] == pytest.approx(0, abs=1e-12) and n["ratio_k3"] == pytest.approx(9 / 14 / (3 / D))
+    assert result.tables["first_capture"].column("P's top k") == [1, 3]
+
+
+def test_the_first_centred_token_direction_is_the_mean_token_when_that_is_large():
+    """E = noise + 1 c + ... : each token's own mean is subtracted, not the mean token, so a common vector c
+    (centred over dimensions) stays in E_c and becomes its first direction; its share of ‖E_c‖² is T‖c̄‖²/‖E_c‖²."""
+    from analyses.position_content.token_subspaces import token_mean_direction
+    from analyses.toolkit.linalg import centred_token_svd
+
+    rng = np.random.default_rng(8)
+    c = rng.standard_normal(D) * 3
+    E = rng.standard_normal((400, D)) * 0.5 + c
+    _, V = centred_token_svd(E)
+    n = values(token_mean_direction(Given({"W_E": E, "E_centred.V": V}), shape()))
+    assert n["v1_mean_cos"] > 0.99
+    centred = E - E.mean(axis=1, keepdims=True)
+    assert n["mean_token_share"] == pytest.approx(400 * np.sum(centred.mean(axis=0) ** 2) / np.sum(centred**2))
+    assert n["mean_token_share"] > 0.8
+    # without the common vector, the first direction has nothing to do with the (near-zero) mean row
+    E0 = rng.standard_normal((400, D)) * np.linspace(3, 1, D)
+    _, V0 = centred_token_svd(E0)
+    assert values(token_mean_direction(Given({"W_E": E0, "E_centred.V": V0}), shape()))[
+        "mean_token_share"] < 0.01
