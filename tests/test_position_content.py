@@ -451,6 +451,13 @@ def test_the_verdicts_without_e_s_first_direction_remove_exactly_its_part():
     assert n["sparse_e_energy"] == pytest.approx(S[0] ** 2 / np.sum(S**2))
     assert n["sparse_e_ratio"] == pytest.approx(S[0] ** 2 / np.sum(S**2) / (3 / D))
     assert n["sparse_e_energy_wo1"] == pytest.approx(0, abs=1e-15) and n["sparse_e_ratio_wo1"] == pytest.approx(0)
+    missing = (D - 1 - V.shape[1]) * S[-1] ** 2  # e_1 and e_2 are missing: at most this energy, possibly in P's
+    assert n["sparse_e_energy_wo1_lo"] == pytest.approx(0, abs=1e-15)
+    assert n["sparse_e_energy_wo1_hi"] == pytest.approx(missing / (np.sum(S[1:] ** 2) + missing))
+    cut = values(position_token_subspaces(Given({"W_pos": P, "E_centred.S": S[:10], "E_centred.V": V[:, :10]}),
+                                          shape(), **OVERLAP))
+    m = (D - 1 - 10) * S[9] ** 2  # the missing directions' largest energy, all of it possibly in P's dimensions
+    assert cut["sparse_e_energy_wo1_hi"] == pytest.approx(m / (np.sum(S[1:10] ** 2) + m))
     assert n["c1_ratio_k1"] == pytest.approx(D) and n["c1_ratio_k3"] == pytest.approx(D / 3)
     assert n["c1_weighted"] == pytest.approx(D * 9 / 14)  # ‖P e_0‖²/‖P‖² = 9/(9 + 4 + 1)
     assert n["e1_over_e2"] == pytest.approx(4.0) and n["e1_share"] == pytest.approx(400 / np.sum(S**2))

@@ -282,6 +282,10 @@ def _sparse_columns(P: np.ndarray, S_E: np.ndarray, V_E: np.ndarray, sparse_vect
         "sparse_e_ratio": Number(share_ratio, ".2f", "E_c's available share there over the dimensions' share"),
         "sparse_e_energy_wo1": Number(float(without[union].sum() / without.sum()), ".1%",
                                       "the same share without E_c's first direction"),
+        "sparse_e_energy_wo1_lo": Number(float(without[union].sum() / (without.sum() + missing_max)), ".1%",
+                                         "its lower bound (all missing energy elsewhere)"),
+        "sparse_e_energy_wo1_hi": Number(float((without[union].sum() + missing_max) / (without.sum() + missing_max)),
+                                         ".1%", "its upper bound (all missing energy there)"),
         "sparse_e_ratio_wo1": Number(ratio_wo1, ".2f", "that share over the dimensions' share"),
     }
     if share_sd > 0:  # zero when the columns are all of R^D
