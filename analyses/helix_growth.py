@@ -38,7 +38,7 @@ from analyses.toolkit import plotting
 from analyses.toolkit.gram import toeplitz_share
 from analyses.toolkit.helix_period import EDGE, bulk_edge, helix_period, principal_coordinates
 from analyses.toolkit.linalg import explained_variance_ratio
-from analyses.toolkit.subspaces import energy_fraction, random_energy_moments
+from analyses.toolkit.subspaces import energy_fraction, random_energy_moments, width_k
 
 HISTORY = ("history.steps", "history.W_pos", "history.E_centred.S", HISTORY_TOKEN_ROWS, "history.train_loss",
            "history.eval_steps", "history.eval_loss")
@@ -118,7 +118,7 @@ def trajectory(history: Mapping[str, np.ndarray], k: int, token_k: int, edge: in
 
 
 def helix_growth(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, k: int, token_k: int, edge: int,
-                 n_null: int, seed: int, shown: int) -> Result:
+                 n_null: int, seed: int, shown: int, width_share: float) -> Result:
     """The trajectory of the position table's structure over training, with its Gaussian nulls and the loss."""
     steps = np.asarray(tensors["history.steps"])
     eval_steps, eval_loss = np.asarray(tensors["history.eval_steps"]), np.asarray(tensors["history.eval_loss"])
@@ -176,6 +176,7 @@ def helix_growth(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, k: int
         "step_before_formed": Number(int(steps[formed - 1]) if formed else 0, "d", "the snapshot before that step"),
     }
     numbers |= _learned_numbers(learned, steps, onset, share_max, following_max)
+    numbers |= _same_width(tensors, width_share)
     if onset is None:
         numbers["onset"] = Text("none", "no snapshot from which on the top-k share stays above the null")
     else:
@@ -205,6 +206,19 @@ def helix_growth(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, k: int
     arrays |= {f"learned_{key}": value for key, value in learned.items()}
     return Result(numbers, {"trajectory": table, "learned": learned_table}, arrays,
                   {"coordinates": _SIGNS, "picks": EXACT})
+
+
+def _same_width(history: Mapping[str, np.ndarray], width_share: float) -> dict[str, Number]:
+    """At the last step, P's energy in E's top-k subspace over chance with k the same fraction of the width as in
+    GPT-2's cited top 30 (`toolkit.subspaces.width_k`), with its exact sd over random subspaces."""
+    P = np.asarray(history["history.W_pos"][-1], dtype=np.float64)
+    D = P.shape[1]
+    k = width_k(width_share, D)
+    chance, sd = random_energy_moments(P, k, side="output")
+    share = energy_fraction(P, token_directions(history, k)[-1], side="output")
+    return {"width_k": Number(k, "d", f"token directions at {width_share:.4g} of the width"),
+            "width_ratio_final": Number(share / chance, ".2f", "P's energy in E's top width_k over chance, last step"),
+            "width_ratio_final_sd": Number(sd / chance, ".2f", "its sd over random subspaces (exact; mean 1)")}
 
 
 def _learned_numbers(learned: dict[str, np.ndarray], steps: np.ndarray, onset: int | None, share_max: float,
@@ -394,7 +408,8 @@ def growth_slider_html(result: Result, shape: ModelShape) -> str:
 
 register(
     "helix_growth", "How the position table forms over training", helix_growth,
-    needs=HISTORY, params={"k": 3, "token_k": 10, "edge": EDGE, "n_null": 50, "seed": 0, "shown": 8},
+    needs=HISTORY, params={"k": 3, "token_k": 10, "edge": EDGE, "n_null": 50, "seed": 0, "shown": 8,
+                           "width_share": 30 / 768},  # GPT-2's cited top 30, as a fraction of the width
     figures={"trajectory": plot_trajectory, "snapshots": plot_snapshots, "norms": plot_norms},
     files={"growth_slider.md": growth_slider_html}, groups=("position table",),
 )

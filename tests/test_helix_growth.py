@@ -111,7 +111,8 @@ def test_onset_and_loss_on_a_run_whose_circle_emerges_from_noise():
     weights = [0.0, 0.0, 0.05, 0.5, 1.0]  # the circle's amplitude per snapshot; the noise stays
     tables = [w * circle() + noise for w in weights]
     steps, loss = [0, 10, 100, 1000, 3000], [8.0, 7.5, 7.0, 4.0, 3.0]
-    r = helix_growth(history(tables, steps, loss), SHAPE, k=3, token_k=10, edge=100, n_null=20, seed=0, shown=4)
+    r = helix_growth(history(tables, steps, loss), SHAPE, k=3, token_k=10, edge=100, n_null=20, seed=0, shown=4,
+                     width_share=0.04)
     assert r.numbers["onset_step"].value == 1000
     assert r.numbers["loss_half_step"].value == 1000  # 8 → 3: half the fall is 5.5, first reached at 1000
     assert r.numbers["onset_vs_half"].text == "at"
@@ -145,7 +146,7 @@ def test_learning_starts_where_the_learned_change_leaves_the_noise_not_where_the
     ramp = np.outer(np.arange(N) / N, np.eye(D)[0])
     weights = [0.0, 0.02, 0.05, 1.0, 2.0]
     r = helix_growth(history([noise + w * ramp for w in weights], [0, 10, 100, 1000, 3000], [8.0, 7.0, 6.0, 4.0, 3.0]),
-                     SHAPE, k=3, token_k=10, edge=100, n_null=20, seed=0, shown=4)
+                     SHAPE, k=3, token_k=10, edge=100, n_null=20, seed=0, shown=4, width_share=0.04)
     assert r.numbers["learning_start_step"].value == 10
     assert r.numbers["following_step"].value == 10
     assert r.numbers["onset_step"].value > 10
@@ -181,3 +182,26 @@ def test_the_chapter_cites_the_learned_change_beside_the_table_for_both_seeds():
     for model in ("kjv_gpt2", "kjv_gpt2_seed1"):
         for key in ("learning_start_step", "learned_share_first", "learned_following_first", "enrichment_final_sd"):
             assert f"{{{{< var {model}.helix_growth.{key} >}}}}" in text
+
+
+def test_the_same_width_ratio_is_d_over_k_for_a_table_inside_the_first_token_directions():
+    """width_share 0.04 of D = 128 is k = 5; a table whose rows lie in the first two token directions holds all its
+    energy there: D/k over chance."""
+    rng = np.random.default_rng(10)
+    V, _ = np.linalg.qr(rng.standard_normal((D, D)))
+    inside = circle()[:, :2] @ V[:, :2].T
+    r = helix_growth(history([inside, inside], [0, 1], [1.0, 0.5], V), SHAPE, k=3, token_k=10, edge=100, n_null=5,
+                     seed=0, shown=2, width_share=0.04)
+    assert r.numbers["width_k"].value == 5
+    assert r.numbers["width_ratio_final"].value == pytest.approx(D / 5, rel=1e-6)
+
+
+def test_the_finished_model_is_compared_with_gpt2_at_the_same_fraction_of_the_width():
+    """Issue 37, item 6: GPT-2's top 30 is 3.9 % of its width, the trained model's 23 %; the comparison uses the
+    same fraction (for both seeds), and the claim that P keeps out of E's leading directions there is gone."""
+    text = CHAPTER.read_text()
+    assert "kjv_gpt2.position_token_subspaces.ratio_k30" not in text
+    assert "keeps out of the token embeddings' leading directions: here with the real" not in text
+    for key in ("gpt2.position_token_subspaces.width_ratio", "kjv_gpt2.position_token_subspaces.width_ratio",
+                "kjv_gpt2_seed1.helix_growth.width_ratio_final"):
+        assert f"{{{{< var {key} >}}}}" in text

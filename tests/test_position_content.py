@@ -25,7 +25,7 @@ from analyses.toolkit.subspaces import random_basis
 
 D = 24
 OVERLAP = {"ks": (3, 6), "angle_ks": (3,), "capture_k": 3, "capture_ks": (1, 3), "n_random": 20, "seed": 0,
-           "agreement_tol": 1e-4, "sparse_vectors": 3, "sparse_mass": 0.9}
+           "agreement_tol": 1e-4, "sparse_vectors": 3, "sparse_mass": 0.9, "width_share": 0.125}
 
 
 def shape(family="gpt2", d=D, n_layers=2, n_heads=2, n_ctx=40, d_vocab=50) -> ModelShape:
@@ -176,7 +176,7 @@ def test_derived_pca_gives_the_numbers_of_the_full_token_embeddings(tmp_path, ti
     np.save(directory / "derived" / "wte_pca500_b.npy", T)
     derived = local_source("tiny-gpt2", directory)
     params = {"ks": (2, 4), "angle_ks": (2,), "capture_k": 2, "capture_ks": (2,), "n_random": 10, "seed": 0,
-              "agreement_tol": 1e-4, "sparse_vectors": 2, "sparse_mass": 0.9}
+              "agreement_tol": 1e-4, "sparse_vectors": 2, "sparse_mass": 0.9, "width_share": 0.1}
     a = position_token_subspaces(full.tensors, full.shape, **params)
     b = position_token_subspaces(derived.tensors, derived.shape, **params)
     for key in ("energy_k2", "energy_k4", "angle_min_k2", "cos2_k2", "z_k4"):
@@ -369,7 +369,7 @@ def test_mlp_reads_planted_token_subspace_through_the_right_gain():
 def _small(name: str):
     params = {"position_token_subspaces": {"ks": (2, 4), "angle_ks": (2,), "capture_k": 2, "capture_ks": (2,),
                                            "n_random": 5, "seed": 0, "agreement_tol": 1e-4, "sparse_vectors": 2,
-                                           "sparse_mass": 0.9},
+                                           "sparse_mass": 0.9, "width_share": 0.1},
               "attention_energy_reading": {},
               "token_position_sum": {"n_pairs": 50, "seed": 0, "ks": (2,)},
               "attention_position_content": {"ks": (2, 4), "primary_k": 2, "strong": 1.5},
@@ -520,3 +520,16 @@ def test_a_verdict_that_one_direction_decides_is_cited_with_and_without_it(chapt
         for cited, beside in ONE_DIRECTION.items():
             if any(key in unit for key in cited):
                 assert any(key in unit for key in beside), (chapter, unit[:100])
+
+
+def test_the_same_fraction_of_the_width_picks_k_by_width_and_matches_the_fixed_k():
+    """width_share 1/8 of D = 24 is k = 3: the same number as ratio_k3; another width gives another k."""
+    from analyses.toolkit.subspaces import width_k
+
+    rng = np.random.default_rng(9)
+    Q = random_basis(D, D, rng)
+    tensors = {"W_pos": planted_position(Q, rng) + 0.1 * rng.standard_normal((40, D)), **token_subspace(Q[:, 1:])}
+    n = values(position_token_subspaces(Given(tensors), shape(), **OVERLAP))
+    assert n["width_k"] == 3 and n["width_ratio"] == pytest.approx(n["ratio_k3"])
+    assert n["width_ratio_wo1"] == pytest.approx(n["ratio_wo1_k3"])
+    assert width_k(30 / 768, 768) == 30 and width_k(30 / 768, 128) == 5 and width_k(30 / 768, 384) == 15

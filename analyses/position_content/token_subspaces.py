@@ -15,12 +15,13 @@ from analyses.position_content.measures import BAND, random_capture_sd, usable_k
 from analyses.toolkit import plotting
 from analyses.toolkit.linalg import support_union, top_right_singular_vectors
 from analyses.toolkit.subspaces import (captured, energy_fraction, prefix_overlaps, principal_angles, random_basis,
-                                        random_energy_moments, sampled_energy_fractions, trace_ratio)
+                                        random_energy_moments, sampled_energy_fractions, trace_ratio, width_k)
 
 
 def position_token_subspaces(tensors: ModelInputs, shape: ModelShape, *, ks: tuple[int, ...],
                              angle_ks: tuple[int, ...], capture_k: int, capture_ks: tuple[int, ...], n_random: int,
-                             seed: int, agreement_tol: float, sparse_vectors: int, sparse_mass: float) -> Result:
+                             seed: int, agreement_tol: float, sparse_vectors: int, sparse_mass: float,
+                             width_share: float) -> Result:
     """P's energy in E's top-k subspace against random subspaces; principal angles; Simon's capture plot; E's
     energy in the dimensions that P's sparse top directions use."""
     D = shape.d_model
@@ -36,7 +37,7 @@ def position_token_subspaces(tensors: ModelInputs, shape: ModelShape, *, ks: tup
     capture_numbers, tables["blocks"], capture, capture_sd = _capture(P, S_E, V_E, ks, k_curve, capture_k, curve)
     numbers |= angle_numbers | capture_numbers | _sparse_columns(P, S_E, V_E, sparse_vectors, sparse_mass)
     first_numbers, first_tables = _first_direction(P, S_E, V_E, ks, usable_ks(capture_ks, D - 1, D))
-    numbers |= first_numbers
+    numbers |= first_numbers | _same_width(P, V_E, width_share)
     tables |= first_tables
     arrays |= angle_arrays
     arrays |= {"capture": capture, "capture_sd": np.array(capture_sd), "capture_k": np.array(capture_k),
@@ -297,6 +298,23 @@ def _sparse_columns(P: np.ndarray, S_E: np.ndarray, V_E: np.ndarray, sparse_vect
     return numbers
 
 
+def _same_width(P: np.ndarray, V_E: np.ndarray, width_share: float) -> dict:
+    """P's energy in E's top-k subspace over chance, with k the same fraction of the width in every model (GPT-2's
+    top 30 of 768 by default), with its exact z and without E's first direction."""
+    D = P.shape[1]
+    k = width_k(width_share, D)
+    a = float(np.sum((P @ V_E[:, :k]) ** 2) / np.sum(P**2))
+    mean, sd = random_energy_moments(P, k, "output")
+    numbers = {"width_k": Number(k, "d", f"k = {width_share:.4g} of the width"),
+               "width_share_of_d": Number(k / D, ".1%", "that k over D"),
+               "width_ratio": Number(a / mean, ".2f", "P's energy in E's top width_k over chance"),
+               "width_z": Number((a - mean) / sd, ".1f", "its z against random subspaces (exact sd)")}
+    if k > 1:
+        without = float(np.sum((P @ V_E[:, 1:k]) ** 2) / np.sum(P**2)) / ((k - 1) / D)
+        numbers["width_ratio_wo1"] = Number(without, ".2f", "the same without E's first direction, over (k − 1)/D")
+    return numbers
+
+
 def _first_direction(P: np.ndarray, S_E: np.ndarray, V_E: np.ndarray, ks: tuple[int, ...],
                      capture_ks: tuple[int, ...]) -> tuple[dict, dict[str, Table]]:
     """(numbers, tables): the P–E overlap verdicts that E_c's first direction v₁ can decide, with and without it.
@@ -468,6 +486,7 @@ register(
     "position_token_subspaces", "Overlap of the position and token subspaces", position_token_subspaces,
     needs=("W_pos", *TOKEN_SUBSPACE),
     params={"ks": (10, 30, 100, 300, 500), "angle_ks": (10, 30, 100), "capture_k": 30, "n_random": 200, "seed": 0,
-            "agreement_tol": 1e-4, "sparse_vectors": 10, "sparse_mass": 0.9, "capture_ks": (3, 5, 10, 30)},  # the last two: sparse_directions' own
+            "agreement_tol": 1e-4, "sparse_vectors": 10, "sparse_mass": 0.9, "capture_ks": (3, 5, 10, 30),
+            "width_share": 30 / 768},  # GPT-2's top 30: the same fraction of every model's width  # the last two: sparse_directions' own
     figures={"energy": plot_energy, "spectra": plot_spectra, "capture": plot_capture, "angles": plot_angles},
 )
