@@ -419,3 +419,14 @@ def test_where_gpt2_cannot_answer_the_trained_gpt2_gives_its_row(chapter, claim,
     text = (Path(__file__).resolve().parents[1] / "report" / chapter).read_text()
     row = next(line for line in text.splitlines() if f'claim="{claim}' in line or f' {claim}"' in line)
     assert f"{{{{< var {key} >}}}}" in row
+
+
+def test_the_chapter_summary_cites_one_estimator_within_the_trained_length():
+    """Issue 37, item 7: MiniLM's long prompt runs past the positions it was fine-tuned on, with another estimator
+    than the corpus windows; the summary cites the corpus alone, and the prompt's section says why."""
+    text = (Path(__file__).resolve().parents[1] / "report" / "forward-pass.qmd").read_text()
+    summary = text.split("\n\n")[1]
+    assert summary.startswith("**In short.**")
+    assert "position_share." not in summary and "minilm.corpus_states.pos_last" in summary
+    share_section = text[text.index("{#sec-forward-share}"):]
+    assert "{{< var minilm.corpus_states.trained >}}" in share_section[:3000]
