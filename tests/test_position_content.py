@@ -533,3 +533,14 @@ def test_the_same_fraction_of_the_width_picks_k_by_width_and_matches_the_fixed_k
     assert n["width_k"] == 3 and n["width_ratio"] == pytest.approx(n["ratio_k3"])
     assert n["width_ratio_wo1"] == pytest.approx(n["ratio_wo1_k3"])
     assert width_k(30 / 768, 768) == 30 and width_k(30 / 768, 128) == 5 and width_k(30 / 768, 384) == 15
+
+
+def test_the_smallest_angle_without_e_s_first_direction_skips_exactly_that_direction():
+    """P in span(e_0, e_1, e_2); E's directions e_0 then e_5, e_6, …: with v₁ = e_0 the smallest angle is 0, without
+    it (E's directions 2..k+1, all outside P's span) it is a right angle."""
+    rng = np.random.default_rng(11)
+    P = np.linalg.qr(rng.standard_normal((40, 3)))[0] * [3.0, 2.0, 1.0] @ np.eye(D)[:3]
+    V = np.eye(D)[:, [0, *range(5, D)]]
+    n = values(position_token_subspaces(Given({"W_pos": P, **token_subspace(V)}), shape(), **OVERLAP))
+    assert n["angle_min_k3"] == pytest.approx(0, abs=1e-6)
+    assert n["angle_min_wo1_k3"] == pytest.approx(90, abs=1e-9)

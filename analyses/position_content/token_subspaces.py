@@ -145,6 +145,8 @@ def _angles(P: np.ndarray, V_E: np.ndarray, angle_ks: tuple[int, ...], n_random:
     angle_rows = []
     for k in angle_ks:
         theta = np.degrees(principal_angles(B_P[:, :k], V_E[:, :k]))
+        # the same k-dimensional comparison with E's first direction left out: E's directions 2..k+1
+        theta_wo1 = np.degrees(principal_angles(B_P[:, :k], V_E[:, 1:k + 1])) if k < V_E.shape[1] else None
         arrays |= {f"angles_k{k}": theta, f"angles_lo_k{k}": np.percentile(angle_draws[k], BAND[0], axis=0),
                    f"angles_hi_k{k}": np.percentile(angle_draws[k], BAND[1], axis=0)}
         cos2, (mean, sd) = energy_fraction(B_P[:, :k], V_E[:, :k]), random_energy_moments(B_P[:, :k], k)
@@ -161,6 +163,9 @@ def _angles(P: np.ndarray, V_E: np.ndarray, angle_ks: tuple[int, ...], n_random:
                                               f"{BAND[0]:g}th percentile of that smallest angle over random {k}-subspaces",
                                               ANGLES),
             f"cos2_k{k}": Number(cos2, ".3f", f"mean cos² of the principal angles, k = {k}"),
+            **({} if theta_wo1 is None else {f"angle_min_wo1_k{k}": Number(
+                theta_wo1[0], ".1f", f"smallest principal angle (degrees) between P's top {k} and E's directions "
+                                     f"2..{k + 1}", ANGLES)}),
             f"cos2_ratio_k{k}": Number(cos2 / mean, ".2f", f"mean cos² over its random expectation k/D, k = {k}"),
             f"cos2_z_k{k}": Number((cos2 - mean) / sd, ".1f", f"z of the mean cos² against random {k}-subspaces"),
         }
