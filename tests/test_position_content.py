@@ -315,10 +315,13 @@ def test_energy_weighted_reading_of_planted_maps():
     for key in ("k", "v", "o"):
         assert n[f"l0_{key}_p"] == pytest.approx(0, abs=1e-12)
         assert n[f"l0_{key}_e"] == pytest.approx(d * S2[:2].sum() / S2.sum() / 2)
+        assert n[f"l0_{key}_e_wo1"] == pytest.approx(d * S2[1] / S2[1:].sum() / 2)  # E's first direction left out
     # E_c misses d − 1 − (d − 3) = 2 directions, P's plane, each with σ² ≤ σ_min²: W_Q, which reads only that
     # plane, reads E at 0 if they are empty and at most d σ_min² / ΣS² if they are full
     assert n["l0_q_e_lo"] == pytest.approx(0, abs=1e-12)
     assert n["l0_q_e_hi"] == pytest.approx(d * S2[-1] / S2.sum())
+    assert n["l0_q_e_wo1_hi"] == pytest.approx(d * S2[-1] / S2[1:].sum())  # the same bound, E's first left out
+    assert n["l0_k_e_wo1_lo"] == pytest.approx(d * S2[1] / 2 / (S2[1:].sum() + 2 * S2[-1]))
     assert n["n_layers_p_over_e_q"] == 2 and n["n_layers_p_over_e_k"] == 0
     assert result.tables["layer0"].rows[3][2] == pytest.approx(n["l0_q_p"])
 
@@ -489,13 +492,17 @@ def test_the_first_centred_token_direction_is_the_mean_token_when_that_is_large(
 
 
 ONE_DIRECTION = {  # a cited verdict that E_c's first direction decides → what must be cited beside it
-    ("gpt2.position_token_subspaces.capture_1_ratio >", "gpt2.position_token_subspaces.c1_ratio_k30 >"):
-        ("gpt2.position_token_subspaces.c1_ratio_k3 >", "gpt2.position_token_subspaces.c1_weighted >"),
-    ("gpt2.position_token_subspaces.sparse_e_ratio >", "gpt2.position_token_subspaces.sparse_e_energy >"):
-        ("gpt2.position_token_subspaces.sparse_e_ratio_wo1 >", "gpt2.position_token_subspaces.sparse_e_energy_wo1 >"),
+    ("var gpt2.position_token_subspaces.capture_1_ratio >", "var gpt2.position_token_subspaces.c1_ratio_k30 >"):
+        ("var gpt2.position_token_subspaces.c1_ratio_k3 >", "var gpt2.position_token_subspaces.c1_weighted >"),
+    ("var gpt2.position_token_subspaces.sparse_e_ratio >", "var gpt2.position_token_subspaces.sparse_e_energy >"):
+        ("var gpt2.position_token_subspaces.sparse_e_ratio_wo1 >",
+         "var gpt2.position_token_subspaces.sparse_e_energy_wo1 >"),
+    ("var gpt2.attention_energy_reading.l0_o_e >",): ("var gpt2.attention_energy_reading.l0_o_e_wo1 >",),
+    ("var gpt2.position_token_subspaces.angle_min_k30 >",): ("var gpt2.position_token_subspaces.angle_min_wo1_k30 >",),
 }
 RETRACTED = ("GPT-2 does not keep position and content in disjoint places", "corrected: more than their share",
-             "are therefore not disjoint", "confirmed, for the first direction", "never run on substitutes")
+             "are therefore not disjoint", "confirmed, for the first direction", "Keys and $W_O$ serve both",
+             "keys and $W_O$ serve both", "Under either reading the second half fails")
 
 
 def _units(text: str) -> list[str]:
