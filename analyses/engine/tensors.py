@@ -23,7 +23,8 @@ canonical name             shape                          meaning
 ``E_centred.V``            [d_model, k]                   matching right singular vectors
 ``history.steps``          [S]                            snapshot steps of a training run
 ``history.W_pos``          [S, n_ctx, d_model]            the position table at each
-``history.E_centred.S/V``  [S, d_model(, d_model)]        E_c's spectrum at each
+``history.E_centred.S``    [S, d_model]                   E_c's singular values at each
+``history.E_centred.V``    [S, d_model, d_model]          their singular vectors as ROWS
 ``history.train_loss``     [steps]                        loss of each training step
 ``history.eval_steps/loss`` [n_eval]                      held-out loss and its steps
 =========================  =============================  ==========================
@@ -74,6 +75,10 @@ TOKEN_SUBSPACE = ("E_centred.S", "E_centred.V")
 
 HISTORY_FILE = "history.safetensors"
 """A trained model's history of training (engine.training writes it)."""
+HISTORY_TOKEN_ROWS = "history.E_centred.V"
+"""E_c's right singular vectors at each snapshot, one per ROW ([S, d_model, d_model]: Vᵀ, where `E_centred.V`
+holds them as columns). The writer hands safetensors the eigensolver's column-major V, whose bytes safetensors
+writes in memory order; the committed histories hold this layout."""
 TRAINING_RECORD = "training_record"
 """A need that is not a tensor: the provenance record (`training.json`) of a model this project trained."""
 RECORD_FILE = "training.json"
