@@ -43,10 +43,11 @@ def position_token_subspaces(tensors: ModelInputs, shape: ModelShape, *, ks: tup
     arrays |= {"capture": capture, "capture_sd": np.array(capture_sd), "capture_k": np.array(capture_k),
                "S_E": S_E, "S_P": np.linalg.svd(P, compute_uv=False), "rows_E": np.array(shape.d_vocab),
                "rows_P": np.array(P.shape[0])}
-    # E_c's smallest singular values come from Gram eigenvalues (`centred_token_svd`), resolved to about
-    # √ε·σ_max; the last one is zero in exact arithmetic (rows are centred), so its value is rounding noise
-    resolution = Accuracy(abs=4 * np.sqrt(np.finfo(np.float64).eps) * float(S_E.max()),
-                          basis="singular values from Gram eigenvalues: resolved to about √ε·σ_max")
+    # E_c's smallest singular values come from Gram eigenvalues (`centred_token_svd`): an eigenvalue moves by about
+    # n·u·σ_max² (n ~ 10³ terms), its square root near zero by √(n·u)·σ_max; the last one is zero in exact
+    # arithmetic (rows are centred), so its value is rounding noise
+    resolution = Accuracy(abs=32 * np.sqrt(np.finfo(np.float64).eps) * float(S_E.max()),
+                          basis="singular values from Gram eigenvalues: resolved to about √(n·u)·σ_max, n ~ 10³")
     return Result(numbers, tables, arrays, {"S_E": resolution})
 
 
@@ -112,7 +113,10 @@ def _energy(tensors: ModelInputs, P: np.ndarray, S_E: np.ndarray, V_E: np.ndarra
             "replicate_exact_k": Number(exact_k, "d", "largest k up to which the two PCA runs' top-k subspaces agree "
                                                       "within the tolerance"),
             "replicate_sv_diff_k100": Number(float(np.max(np.abs(S_b[:100] / S_E[:100] - 1))), "sci1",
-                                             "largest relative difference of the two runs' top-100 singular values"),
+                                             "largest relative difference of the two runs' top-100 singular values",
+                                             Accuracy(abs=1e-11, basis="a ratio of two values read from files, less "
+                                                      "one: rounding at n·u ≈ 1e-13 relative moves it by about "
+                                                      "2e-13 absolute; declared 1e-11")),
             "replicate_energy_kmax": Number(curve_b[k_max - 1], ".2%", "P's energy in the second run's top-k_max subspace"),
         }
         for k in ks:
