@@ -278,3 +278,16 @@ def test_a_hand_edited_status_note_or_skip_reason_is_not_reproduced(tmp_path, ti
     _resealed(cache, "tiny_gpt2", "tokens", lambda manifest, files: (manifest.update(reason=reason),
                                                                      files.update({"status.md": b"*Computed.*\n"})))
     assert check(skipped, cache)[0].problems == ["the included status.md differs from the note its manifest gives"]
+
+
+def test_a_cell_is_compared_as_the_book_prints_it(tmp_path):
+    """A cell whose accuracy leaves its last decimal undetermined prints with one decimal fewer (`stable_format`), on
+    both sides of a rounding boundary: 0.2450003 and 0.2449997 at ±1e-3 relative both print 0.2, and agree."""
+    loose = Accuracy(rel=1e-3, basis="test")
+
+    def table(value):
+        return Result(tables={"t": Table(("x",), ((value,),), {"x": ".2f"}, {"x": loose})})
+    entry = _entry(tmp_path, table(0.2450003))
+    assert (entry / "t.md").read_text().splitlines()[2] == "| 0.2 |"
+    assert compare(entry, table(0.2449997)) == []
+    assert compare(entry, table(0.2460003)) != []  # outside ±1e-3 relative

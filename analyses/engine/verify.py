@@ -141,10 +141,10 @@ def _compare_table(entry: Path, name: str, table, out: Comparison) -> None:
             accuracy = table.accuracy_of(column, i, value)
             if accuracy is None or not _numeric(old):
                 same = str(value) == text
-            else:
-                fmt = table.formats.get(column)
+            else:  # each printed as the book prints it: with the decimals its accuracy fixes (`Table.format_of`)
+                old_fmt, fmt = table.format_of(column, i, old), table.format_of(column, i, value)
                 out.ratios[f"{name}[{i + 1}].{column}"] = _ratio(abs(value - old), accuracy.tolerance(old))
-                same = accuracy.agree(old, value) and (fmt is None or format_value(old, fmt) == format_value(value, fmt))
+                same = accuracy.agree(old, value) and (fmt is None or format_value(old, old_fmt) == format_value(value, fmt))
             if not same:
                 out.problems.append(f"table {name}, row {i + 1}, {column}: {value!r} against the cached {text}")
     markdown = entry / f"{name}.md"  # what the book includes: the same cells must print the same table
