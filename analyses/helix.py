@@ -7,12 +7,16 @@ Measured here:
 * each z_k(n) fitted by a sinusoid c + A cos(2πn/T + φ) (the FFT peak, refined by least
   squares over T with A, φ, c solved linearly), with R² = 1 − SS_res / SS_tot, on all
   positions and on the bulk (positions edge … n_ctx − edge − 1);
-* the phase θ(n) = unwrap(atan2(z_2, z_1)): turns = Δθ / 2π, radius r(n) = √(z_1² + z_2²),
-  and the pitch, the advance per turn of the one-turn running mean of (z_1, z_2, z_3), over the bulk;
+* the winding around the helix's own axis (`toolkit.helix_period`): θ(n) the unwrapped angle of (z_1, z_2)
+  around the mean of (z_1, z_2) over one turn centred on n, not around the PCA origin, over the trained rows (the
+  last `untrained_rows` left out); turns = Δθ / 2π, radius r(n) the distance from that axis; each winding number
+  with its range over the axis's definition (window, centre by mean or fitted circle, the axis moved);
 * THE helix period, the one definition every chapter cites: T = 2π / mean(θ(n+1) − θ(n)) over the
   bulk, i.e. tokens per turn. T is a deterministic function of the weights and of the positions it is
   averaged over, and the turning rate drifts along the context, so its uncertainty is that choice, not
   sampling error: T is reported for several edges of the bulk and over equal segments of it;
+* the local speed of the path at the start: its median step against the bulk's, in the full space and in the
+  (z_1, z_2) plane; the pitch, the advance per turn of the one-turn running mean of (z_1, z_2, z_3), over the bulk;
 * outliers: each position's distance from the straight line through its `window`
   neighbours on one side (the better of the two sides), in units of the median step
   ‖p_{n+1} − p_n‖, all in the full D-dimensional space.
@@ -26,18 +30,13 @@ from collections.abc import Mapping
 import numpy as np
 
 from analyses.toolkit import plotting
-from analyses.toolkit.helix_period import EDGE, bulk_edge, bulk_phase_increments, helix_period, principal_coordinates
+from analyses.toolkit.helix_period import (EDGE, bulk_edge, bulk_phase_increments, helix_period, helix_winding,
+                                           principal_coordinates)
 from analyses.toolkit.linalg import explained_variance_ratio
 from analyses.toolkit.sinusoids import fit_sinusoid
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table, Text
 from analyses.engine.sources import ModelShape
-
-
-def phase_turns(z1: np.ndarray, z2: np.ndarray) -> np.ndarray:
-    """The unwrapped angle atan2(z_2, z_1) in turns (1 turn = 2π), 0 at the first position."""
-    theta = np.unwrap(np.arctan2(z2, z1))
-    return (theta - theta[0]) / (2 * np.pi)
 
 
 def axial_rise(Z: np.ndarray, turn_length: int) -> float:
@@ -95,7 +94,8 @@ def period_sensitivity(P: np.ndarray, edge: int, edges: tuple[int, ...], n_windo
 
 
 def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components: int, edge: int, window: int,
-          fft_pad: int, n_outliers: int, period_edges: tuple[int, ...], period_windows: int) -> Result:
+          fft_pad: int, n_outliers: int, period_edges: tuple[int, ...], period_windows: int,
+          untrained_rows: int) -> Result:
     """Principal coordinates, sinusoid fits per component, helix turns/radius/pitch, and outlier scores."""
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
     n_pos = len(P)
@@ -126,7 +126,7 @@ def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components:
         formats={"variance share": ".1%", "period (tokens)": ".0f", "R²": ".3f", "cycles in context": ".2f",
                  "period, bulk": ".0f", "R², bulk": ".3f"})
 
-    turning, sensitivity, turns, radius = _turning(P, Z, edge, period_edges, period_windows)
+    turning, sensitivity, turns, radius = _turning(P, Z, edge, untrained_rows, period_edges, period_windows)
     outliers, outlier_table, score = _outliers(P, window, n_outliers)
     numbers |= turning | outliers
     arrays = {"Z": Z, "ratios": ratios[:n_components], "turns": turns, "radius": radius, "score": score,
@@ -135,30 +135,51 @@ def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components:
     return Result(numbers, {"frequencies": freq_table, "outliers": outlier_table, "period": sensitivity}, arrays)
 
 
-def _turning(P: np.ndarray, Z: np.ndarray, edge: int, period_edges: tuple[int, ...], period_windows: int):
-    """(numbers, period table, turns, radius): how (z1, z2) turns, THE helix period and how it depends on where it
-    is measured, the radius and the pitch."""
+def _turning(P: np.ndarray, Z: np.ndarray, edge: int, untrained_rows: int, period_edges: tuple[int, ...],
+             period_windows: int):
+    """(numbers, period table, turns, radius): how (z1, z2) winds around the helix's own axis over the trained rows
+    (`toolkit.helix_period.helix_winding`), with each number's range over the axis's definition, THE helix period and
+    how it depends on where it is measured, the radius, the local speed of the path and the pitch."""
     from scipy.stats import spearmanr
 
     n_pos = len(P)
+    trained = P[:n_pos - untrained_rows]
+    winding = helix_winding(P, edge=edge, n_trained=len(trained))
     n = np.arange(n_pos)
-    bulk = slice(edge, n_pos - edge)
-    turns = phase_turns(Z[:, 0], Z[:, 1])
-    radius = np.hypot(Z[:, 0], Z[:, 1])
-    bulk_turns = abs(turns[bulk][-1] - turns[bulk][0])
-    increments = bulk_phase_increments(P, edge)
-    turn_length = float(2 * np.pi / increments.mean())  # = helix_period(P, edge) = bulk length / turns
+    bulk = slice(edge, len(trained) - edge)
+    turns, radius = winding.theta / (2 * np.pi), winding.radius
+    increments = bulk_phase_increments(trained, edge)
+    turn_length = winding.period  # = helix_period(trained, edge) = bulk length / turns
     local = local_periods(increments, period_windows)
-    sensitivity = period_sensitivity(P, edge, period_edges, period_windows)
+    sensitivity = period_sensitivity(trained, edge, period_edges, period_windows)
     by_edge = {row[1]: row[-1] for row in sensitivity.rows if row[0] == "bulk"}
     edge_low, edge_high = min(by_edge, key=by_edge.get), max(by_edge, key=by_edge.get)
     tokens = ".0f" if turn_length >= 100 else ".1f"  # a few tokens per turn need a decimal
     radius_bulk = float(np.median(radius[bulk]))
-    one_turn = round(turn_length) <= n_pos - 2 * edge - 2  # the pitch needs a whole turn inside the bulk
+    one_turn = round(turn_length) <= len(trained) - 2 * edge - 2  # the pitch needs a whole turn inside the bulk
+    full_steps = np.linalg.norm(np.diff(trained, axis=0), axis=1)
+    plane_steps = np.linalg.norm(np.diff(principal_coordinates(trained, 2), axis=0), axis=1)
+
+    def start_over_bulk(steps):  # median step over rows 1 … edge against the bulk's (row 0's step left out)
+        return float(np.median(steps[1:edge]) / np.median(steps[bulk]))
+
+    def ranged(key, value, low, high, fmt, what):
+        return {key: Number(value, fmt, what),
+                f"{key}_low": Number(low, fmt, f"{what}: smallest over the definitions of the axis tried"),
+                f"{key}_high": Number(high, fmt, f"{what}: largest over the definitions of the axis tried")}
+
+    def per_turn(value):
+        return ".0f" if value >= 100 else ".1f"
+
     numbers = {
-        "turns_total": Number(abs(turns[-1]), ".2f", "turns of (z1, z2) around the origin, position 0 to the last"),
-        "turns_bulk": Number(bulk_turns, ".2f", "turns of (z1, z2) over the bulk"),
-        "period": Number(turn_length, tokens, "THE helix period: tokens per turn of (z1, z2) over the bulk"),
+        **ranged("turns_total", winding.turns, *winding.ranges["turns"], ".2f",
+                 "turns of (z1, z2) around the helix's axis over the trained rows"),
+        "untrained_rows": Number(untrained_rows, "d", "rows left out at the end as untrained"),
+        "winding_window": Number(winding.window, "d", "rows over which each local centre of the axis is averaged"),
+        "turns_bulk": Number(float(turns[len(trained) - edge - 1] - turns[edge]), ".2f",
+                             "turns of (z1, z2) around the axis over the bulk"),
+        **ranged("period", turn_length, *winding.ranges["period"], tokens,
+                 "THE helix period: tokens per turn of (z1, z2) around the axis over the bulk"),
         "period_edge_low": Number(by_edge[edge_low], tokens, "shortest helix period over the edges of the bulk tried"),
         "period_edge_low_at": Number(edge_low, "d", "the edge that gives it"),
         "period_edge_high": Number(by_edge[edge_high], tokens, "longest helix period over the edges of the bulk tried"),
@@ -171,13 +192,20 @@ def _turning(P: np.ndarray, Z: np.ndarray, edge: int, period_edges: tuple[int, .
         "period_local_first": Number(float(local[0]), tokens, "local period in the first window of the bulk"),
         "period_local_last": Number(float(local[-1]), tokens, "local period in the last window of the bulk"),
         "cycles_in_context": Number(n_pos / turn_length, ".2f", "context length / helix period"),
-        "period_first_edge": Number(edge / abs(turns[edge] - turns[0]), ".0f",
-                                    "tokens per turn over the first `edge` positions"),
-        "radius_bulk": Number(radius_bulk, ".2f", "median radius √(z1² + z2²) over the bulk"),
+        **ranged("period_first_edge", winding.start, *winding.ranges["start"], per_turn(winding.start),
+                 "tokens per turn around the axis over the first `edge` rows"),
+        **ranged("period_last_edge", winding.end, *winding.ranges["end"], per_turn(winding.end),
+                 "tokens per turn around the axis over the last `edge` trained rows"),
+        "step_start_full": Number(start_over_bulk(full_steps), ".2f",
+                                  "median step over rows 1 … edge / the bulk's, in the full space"),
+        "step_start_plane": Number(start_over_bulk(plane_steps), ".2f",
+                                   "median step over rows 1 … edge / the bulk's, in the (z1, z2) plane"),
+        "radius_bulk": Number(radius_bulk, ".2f", "median distance from the axis over the bulk"),
         "radius_bulk_cv": Number(float(radius[bulk].std() / radius[bulk].mean()), ".1%",
-                                 "coefficient of variation of the radius over the bulk"),
-        "radius_first": Number(float(radius[1]), ".2f", "radius at position 1"),
-
+                                 "coefficient of variation of the distance from the axis over the bulk"),
+        "radius_first": Number(float(radius[1]), ".2f", "distance from the axis at position 1"),
+        "radius_start_min": Number(float(radius[:edge].min()), ".2f",
+                                   "smallest distance from the axis over the first `edge` rows"),
         "pc3_spearman": Number(float(spearmanr(n, Z[:, 2]).statistic), ".3f",
                                "Spearman correlation of z3 with position (±1: monotone axis)"),
     }
@@ -356,7 +384,8 @@ def helix_3d_html(result: Result, shape: ModelShape) -> str:
 register(
     "helix", "The helix traced by the positions", helix,
     needs=("W_pos",), params={"n_components": 6, "edge": EDGE, "window": 4, "fft_pad": 16, "n_outliers": 6,
-                              "period_edges": (25, 50, 100, 150, 200, 250), "period_windows": 4},
+                              "period_edges": (25, 50, 100, 150, 200, 250), "period_windows": 4,
+                              "untrained_rows": 1},
     figures={"helix": plot_helix, "components": plot_components, "phase": plot_phase, "outliers": plot_outliers},
     files={"helix_3d.md": helix_3d_html},
     groups=("first report", "notebook subset", "position table"),
