@@ -164,12 +164,14 @@ def _turning(P: np.ndarray, Z: np.ndarray, edge: int, untrained_rows: int, perio
         return float(np.median(steps[1:edge]) / np.median(steps[bulk]))
 
     def ranged(key, value, low, high, fmt, what):
-        return {key: Number(value, fmt, what),
-                f"{key}_low": Number(low, fmt, f"{what}: smallest over the definitions of the axis tried"),
-                f"{key}_high": Number(high, fmt, f"{what}: largest over the definitions of the axis tried")}
+        """The value and its range; a number of tokens per turn where the angle does not advance reads "no turn"."""
+        def cite(v, description):
+            return Number(v, fmt, description) if np.isfinite(v) else Text("no turn", f"{description}: no advance")
+        return {key: cite(value, what), f"{key}_low": cite(low, f"{what}: smallest over the definitions of the axis"),
+                f"{key}_high": cite(high, f"{what}: largest over the definitions of the axis")}
 
-    def per_turn(value):
-        return ".0f" if value >= 100 else ".1f"
+    def per_turn(value):  # tokens per turn: whole tokens, a decimal for the few that a fast helix takes
+        return ".0f" if value >= 20 else ".1f"
 
     numbers = {
         **ranged("turns_total", winding.turns, *winding.ranges["turns"], ".2f",
@@ -316,7 +318,7 @@ def plot_components(result: Result, shape: ModelShape):
 
 
 def plot_phase(result: Result, shape: ModelShape):
-    """Turns of (z1, z2) around the helix axis and the radius, against position; the bulk shaded."""
+    """Turns of (z1, z2) around the helix's own axis and the distance from it, over the trained rows; the bulk shaded."""
     turns, radius = result.arrays["turns"], result.arrays["radius"]
     n = np.arange(len(turns))
     edge = result.numbers["edge"].value
@@ -324,14 +326,14 @@ def plot_phase(result: Result, shape: ModelShape):
     ax.plot(n, np.abs(turns), color="C0", lw=1.2)
     ax.set_ylabel("turns around the axis")
     ax_r.plot(n, radius, color="C2", lw=1.2)
-    ax_r.set_ylabel("radius √(z1² + z2²)")
+    ax_r.set_ylabel("distance from the axis")
     ax_r.set_xlabel("position")
     for a in (ax, ax_r):
         a.axvspan(edge, len(n) - 1 - edge, color="0.92", zorder=0)
     ax.text(len(n) / 2, 0.05, f"bulk: one turn per {result.numbers['period'].text} tokens "
             f"(local periods {result.numbers['period_local_min'].text}–{result.numbers['period_local_max'].text})",
             ha="center", va="bottom", fontsize=8, transform=ax.get_xaxis_transform())
-    ax.set_title(f"{shape.name}: rotation in the PC1–PC2 plane (shaded: the bulk)")
+    ax.set_title(f"{shape.name}: rotation in the PC1–PC2 plane around the helix's axis (shaded: the bulk)")
     return fig
 
 
