@@ -56,3 +56,25 @@ def test_analysis_tables_the_learned_table_beside_its_baselines():
     table = result.tables["shift_maps"]
     assert len(table.rows) == 3 * 2 * 3
     assert result.arrays["learned"].shape == (2, 3, 3)
+
+
+def test_the_chapter_readings_hold_in_the_cached_numbers():
+    """The sinusoidal chapter reads GPT-2's shift maps as: in full, affine better than random walks at every shift
+    shown, the best orthogonal map no better than for random walks, the repeated one step no better than the best
+    orthogonal map; in the top three coordinates, the three maps agree; the sinusoidal table exact."""
+    import json
+    from pathlib import Path
+
+    cache = Path(__file__).resolve().parents[1] / "report" / "_cache"
+    numbers = {k: v["value"] for k, v in json.loads((cache / "gpt2" / "shift_map" / "numbers.json").read_text()).items()}
+    for k in (numbers["k_first"], numbers["k_middle"], numbers["k_last"]):
+        assert numbers[f"learned_full_k{k}_affine"] < numbers[f"walks_full_k{k}_affine"]
+        assert numbers[f"learned_full_k{k}_orthogonal"] >= numbers[f"walks_full_k{k}_orthogonal"]
+        assert numbers[f"learned_full_k{k}_repeated"] >= numbers[f"learned_full_k{k}_orthogonal"] - 1e-9
+        top3 = [numbers[f"learned_top3_k{k}_{s}"] for s in ("affine", "orthogonal", "repeated")]
+        assert max(top3) - min(top3) < 0.05
+        assert max(numbers[f"sinusoidal_full_k{k}_{s}"] for s in ("affine", "orthogonal", "repeated")) < 1e-6
+    for model in ("kjv_gpt2", "kjv_gpt2_seed1"):
+        trained = {k: v["value"] for k, v in json.loads((cache / model / "shift_map" / "numbers.json").read_text()).items()}
+        assert trained["learned_full_k1_affine"] < trained["walks_full_k1_affine"]
+        assert trained["learned_full_k64_orthogonal"] > trained["walks_full_k64_orthogonal"]
