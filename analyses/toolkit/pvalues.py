@@ -60,3 +60,22 @@ def holm(p_values, alpha: float = FAMILYWISE_ALPHA) -> list[bool]:
 def draws_for(n_tests: int, alpha: float = FAMILYWISE_ALPHA) -> int:
     """The fewest null draws N whose floor 1/(1 + N) lets Holm reject all of `n_tests` tests: 1/(1 + N) ≤ alpha/m."""
     return math.ceil(round(n_tests / alpha, 9)) - 1  # round: 24 / 0.05 is 479.99… in binary
+
+
+GAUSSIAN_CHECK = 0.01
+"""Draws whose Shapiro–Wilk p is at least this are treated as Gaussian (`gaussian_p`)."""
+
+
+def gaussian_p(null, observed: float) -> float | None:
+    """One-sided p of `observed` above a Gaussian fitted to the null draws (mean, sd with ddof 1), the upper tail
+    1 − Φ(z); None where the draws do not look Gaussian (Shapiro–Wilk p below GAUSSIAN_CHECK) or are constant,
+    so that the empirical p, with its floor, is all there is. Where it is given it extends the empirical p beyond
+    the floor that the number of draws sets, under an assumption that the draws were checked against."""
+    import numpy as np
+    from scipy.stats import norm, shapiro
+
+    null = np.asarray(null, dtype=np.float64)
+    spread = null.std(ddof=1)
+    if spread == 0 or shapiro(null).pvalue < GAUSSIAN_CHECK:
+        return None
+    return float(norm.sf((observed - null.mean()) / spread))
