@@ -49,20 +49,20 @@ def frame_null(W_Q: np.ndarray, W_K: np.ndarray, gain: np.ndarray, frames: np.nd
     return antisymmetric_share(left @ np.swapaxes(right, -1, -2))
 
 
-def qk_rotation_null(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components: int, n_frames: int,
-                     seed: int, min_query: int) -> Result:
-    """Each layer-0 head's antisymmetric share on P's top directions against random frames, and the attention
-    pattern without the antisymmetric part."""
+def frame_test(tensors: Mapping[str, np.ndarray], shape: ModelShape, k: int, n_frames: int, seed: int,
+               min_query: int) -> tuple[list[float], list[np.ndarray], list[float], list[tuple[dict, dict]]]:
+    """(shares, nulls, p-values, (pattern statistics with, without the antisymmetric part)) per layer-0 head, on
+    P's top k directions against n_frames random k-frames."""
     causal = shape.family == "gpt2"
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
-    basis = top_right_singular_vectors(P, n_components)
+    basis = top_right_singular_vectors(P, k)
     z, gain, bias = position_inputs(tensors, shape)
     X, coords = z * gain + bias, z @ basis
     queries = query_rows(shape.n_ctx, causal, min_query)
-    frames = random_frames(P.shape[1], n_components, n_frames, np.random.default_rng(seed))
+    frames = random_frames(P.shape[1], k, n_frames, np.random.default_rng(seed))
     W_Q, W_K = tensors["blocks.0.attn.W_Q"], tensors["blocks.0.attn.W_K"]
     b_Q, b_K = tensors["blocks.0.attn.b_Q"], tensors["blocks.0.attn.b_K"]
-    shares, p_values, nulls, effects = [], [], [], []
+    shares, nulls, p_values, effects = [], [], [], []
     for head in range(shape.n_heads):
         M = qk_form(W_Q[head], W_K[head], gain, basis)
         share = float(antisymmetric_share(M))
@@ -71,9 +71,16 @@ def qk_rotation_null(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_
         nulls.append(null)
         p_values.append(float((1 + np.count_nonzero(null >= share)) / (1 + n_frames)))
         S = head_scores(X, W_Q[head], b_Q[head], W_K[head], b_K[head])
-        before = head_statistics(attention_pattern(S, causal), queries)
-        after = head_statistics(attention_pattern(S - coords @ ((M - M.T) / 2) @ coords.T, causal), queries)
-        effects.append((before, after))
+        effects.append((head_statistics(attention_pattern(S, causal), queries),
+                        head_statistics(attention_pattern(S - coords @ ((M - M.T) / 2) @ coords.T, causal), queries)))
+    return shares, nulls, p_values, effects
+
+
+def qk_rotation_null(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components: int, n_frames: int,
+                     seed: int, min_query: int, other_sizes: tuple[int, ...]) -> Result:
+    """Each layer-0 head's antisymmetric share on P's top directions against random frames, and the attention
+    pattern without the antisymmetric part; the same for frames of `other_sizes` directions."""
+    shares, nulls, p_values, effects = frame_test(tensors, shape, n_components, n_frames, seed, min_query)
     exceeds = holm(p_values)
     rows = tuple((head, shares[head], float(np.median(nulls[head])), float(np.quantile(nulls[head], 0.95)),
                   p_value_text(p_values[head], n_frames).removeprefix("p = ").removeprefix("p "),
@@ -114,12 +121,22 @@ def qk_rotation_null(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_
             f"head{head}_distance_symmetric": Number(after["mean_distance"], ".1f",
                                                      f"head {head}: the same without the antisymmetric part"),
         }
+    for k in other_sizes:
+        k_shares, _, k_p, k_effects = frame_test(tensors, shape, k, n_frames, seed, min_query)
+        k_exceeds = holm(k_p)
+        numbers[f"k{k}_heads_exceed"] = Text(spoken_list(str(h) for h in range(shape.n_heads) if k_exceeds[h]) or "none",
+                                             f"heads exceeding their null (Holm) on frames of {k} directions")
+        for head in range(shape.n_heads):
+            numbers[f"k{k}_head{head}_mass_self_ratio"] = Number(
+                k_effects[head][1]["mass_self"] / k_effects[head][0]["mass_self"], ".2f",
+                f"head {head}, {k} directions: attention on the current key without the antisymmetric part / with it")
+    numbers["other_sizes"] = Text(spoken_list(str(k) for k in other_sizes), "other frame sizes tried")
     return Result(numbers, {"heads": table}, {"shares": np.array(shares), "nulls": np.array(nulls)})
 
 
 register(
     "qk_rotation_null", "Layer-0 QK rotations against random frames, and without them", qk_rotation_null,
     needs=NEEDS, family_needs=FAMILY_NEEDS,
-    params={"n_components": 3, "n_frames": 999, "seed": 0, "min_query": 32},
+    params={"n_components": 3, "n_frames": 999, "seed": 0, "min_query": 32, "other_sizes": (2, 4, 6)},
     groups=("first report",),
 )

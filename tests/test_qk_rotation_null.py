@@ -38,7 +38,8 @@ def test_random_frames_are_orthonormal_and_a_planted_rotation_stands_out_only_in
 
 def test_the_chapter_readings_hold_in_the_cached_numbers():
     """The attention chapter reads: the current-token heads exceed their null under Holm, and taking the
-    antisymmetric part out lowers their attention on the current key and lengthens the distance they attend."""
+    antisymmetric part out lowers their attention on the current key and lengthens the distance they attend, on
+    P's top three directions and on frames of every other size tried."""
     cache = Path(__file__).resolve().parents[1] / "report" / "_cache" / "gpt2"
     numbers = {k: v["value"] for k, v in json.loads((cache / "qk_rotation_null" / "numbers.json").read_text()).items()}
     current = json.loads((cache / "positional_attention" / "numbers.json").read_text())["heads_current_token"]["value"]
@@ -47,4 +48,11 @@ def test_the_chapter_readings_hold_in_the_cached_numbers():
         assert str(head) in exceed.replace(" and ", ", ").split(", ")
         assert numbers[f"head{head}_mass_self_symmetric"] < 0.5 * numbers[f"head{head}_mass_self"]
         assert numbers[f"head{head}_distance_symmetric"] > 2 * numbers[f"head{head}_distance"]
-    assert numbers["head0_antisymmetric"] < numbers["head0_null_q95"] * 1.1  # a rotation on random frames too
+    sizes = [int(k) for k in numbers["other_sizes"].replace(" and ", ", ").split(", ")]
+    for k in sizes:  # the reading holds on frames of every size tried
+        listed = numbers[f"k{k}_heads_exceed"].replace(" and ", ", ").split(", ")
+        for head in [int(h) for h in current.replace(" and ", ", ").split(", ")]:
+            assert str(head) in listed and numbers[f"k{k}_head{head}_mass_self_ratio"] < 0.5
+    ratios = [numbers[f"k{k}_head3_mass_self_ratio"] for k in sizes]
+    assert min(ratios) == numbers[f"k{max(sizes)}_head3_mass_self_ratio"]  # the chapter cites these as the range
+    assert max(ratios) == numbers[f"k{min(sizes)}_head3_mass_self_ratio"]
