@@ -37,7 +37,7 @@ import numpy as np
 
 from analyses.toolkit import plotting
 from analyses.toolkit.linalg import cosine_matrix, explained_variance_ratio, upper_triangle
-from analyses.toolkit.pvalues import FAMILYWISE_ALPHA, gaussian_p, holm, p_value_cell, p_value_text
+from analyses.toolkit.pvalues import FAMILYWISE_ALPHA, GAUSSIAN_CHECK, gaussian_p, holm, p_value_cell, p_value_text
 from analyses.toolkit.surrogates import phase_randomiser
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table, Text
@@ -246,7 +246,7 @@ def shuffle_nulls(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_dra
         "floor_cell": Text(p_value_cell(1 / (1 + n_draws), n_draws), "how the table prints a p-value at that floor"),
     }
     rows, arrays = [], {"observed_hists": observed_hists, "observed": observed}
-    tested_p, tested_nulls = [], []
+    tested_p, tested_nulls, other_p = [], [], {}
     for offset, null in enumerate(NULLS):
         stats, hists = null_draws(P, null, n_draws, seed + offset, threshold, bins, n_components)
         arrays[f"{null}_stats"], arrays[f"{null}_hists"] = stats, hists
@@ -264,6 +264,9 @@ def shuffle_nulls(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_dra
             p, z = empirical_p_value(null_values, observed[key]), effect_size(null_values, observed[key])
             gaussian = gaussian_p(null_values, observed[key])
             tested_p.append(p if gaussian is None else gaussian)
+            for check in OTHER_CHECKS:
+                other = gaussian_p(null_values, observed[key], check)
+                other_p.setdefault(check, []).append(p if other is None else other)
             rows.append([NULL_LABELS[null], similarity_kind, label, observed[key], mean, spread,
                          float(null_values.max()), p_value_cell(p, n_draws), _gaussian_cell(gaussian), None,
                          z if np.isfinite(z) else "unbounded (constant null)"])
@@ -298,11 +301,23 @@ def shuffle_nulls(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_dra
         "n_surrogate_rejected": Number(sum(r for r, n in zip(rejected, tested_nulls) if n not in shuffles), "d",
                                        "of them rejected (Holm over all tests)"),
     }
+    for label, part in (("shuffle", shuffles), ("surrogate", set(NULLS) - shuffles)):
+        counts = [sum(r for r, n in zip(holm(ps), tested_nulls) if n in part) for ps in other_p.values()]
+        counts.append(numbers[f"n_{label}_rejected"].value)
+        numbers[f"n_{label}_rejected_low"] = Number(min(counts), "d", f"fewest {label} tests rejected over the checks")
+        numbers[f"n_{label}_rejected_high"] = Number(max(counts), "d", f"most {label} tests rejected over the checks")
+    numbers["gaussian_checks"] = Text(" to ".join(f"{c:g}" for c in (min(OTHER_CHECKS + (GAUSSIAN_CHECK,)),
+                                                                      max(OTHER_CHECKS + (GAUSSIAN_CHECK,)))),
+                                      "range of Shapiro–Wilk thresholds tried for the Gaussian check")
     table = Table(("null", "similarity", "statistic", "observed", "null mean", "null std", "null max", "p-value",
                    "p (Gaussian tail)", "rejected (Holm)", "effect size"), tuple(tuple(r) for r in rows),
                   {"observed": ".3f", "null mean": ".3f", "null std": ".2e", "null max": ".3f", "p-value": ".4f",
                    "effect size": ".3g"})
     return Result(numbers, {"null_tests": table}, arrays)
+
+
+OTHER_CHECKS = (0.001, 0.05)
+"""Other Shapiro–Wilk thresholds of the Gaussian check, to show how far the counts of rejections depend on it."""
 
 
 def _gaussian_cell(p: float | None) -> str:

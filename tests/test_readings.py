@@ -51,3 +51,22 @@ def test_gpt2_mean_cosine_first_negative_offset_and_its_return_above_zero():
     assert (means[:first - 1] > 0).all() and means[first - 1] < 0  # means[i] is offset i + 1
     assert (means[first:] > 0).any()
     assert means[int(cited("gpt2.similarity.offset_next_max")) - 1] > 0
+
+
+def test_shared_phase_reading_holds_under_the_rule_and_its_check():
+    """The similarity chapter reads: the shared-phase null is not rejected on the two statistics that see where
+    along the context the similarity changes, while independent phases are; the counts cited with a range hold
+    their order (low ≤ value ≤ high)."""
+    import json
+
+    numbers = json.loads((REPO / "report" / "_cache" / "gpt2" / "shuffle_nulls" / "numbers.json").read_text())
+    value = {k: v["value"] for k, v in numbers.items()}
+    import csv
+
+    with open(REPO / "report" / "_cache" / "gpt2" / "shuffle_nulls" / "null_tests.csv", newline="") as f:
+        decided = {(r["null"], r["statistic"]): r["rejected (Holm)"] for r in csv.DictReader(f)}
+    for statistic in ("share of cos² not a function of offset", "sd of cos over n at fixed offset"):
+        assert decided[("shared phases", statistic)] == "no"
+        assert decided[("independent phases", statistic)] == "yes"
+    for part in ("shuffle", "surrogate"):
+        assert value[f"n_{part}_rejected_low"] <= value[f"n_{part}_rejected"] <= value[f"n_{part}_rejected_high"]

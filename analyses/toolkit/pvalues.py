@@ -66,9 +66,9 @@ GAUSSIAN_CHECK = 0.01
 """Draws whose Shapiro–Wilk p is at least this are treated as Gaussian (`gaussian_p`)."""
 
 
-def gaussian_p(null, observed: float) -> float | None:
+def gaussian_p(null, observed: float, check: float = GAUSSIAN_CHECK) -> float | None:
     """One-sided p of `observed` above a Gaussian fitted to the null draws (mean, sd with ddof 1), the upper tail
-    1 − Φ(z); None where the draws do not look Gaussian (Shapiro–Wilk p below GAUSSIAN_CHECK) or are constant,
+    1 − Φ(z); None where the draws do not look Gaussian (Shapiro–Wilk p below `check`) or are constant,
     so that the empirical p, with its floor, is all there is. Where it is given it extends the empirical p beyond
     the floor that the number of draws sets, under an assumption that the draws were checked against."""
     import numpy as np
@@ -76,6 +76,6 @@ def gaussian_p(null, observed: float) -> float | None:
 
     null = np.asarray(null, dtype=np.float64)
     spread = null.std(ddof=1)
-    if spread == 0 or shapiro(null).pvalue < GAUSSIAN_CHECK:
+    if spread == 0 or shapiro(null).pvalue < check:
         return None
     return float(norm.sf((observed - null.mean()) / spread))
