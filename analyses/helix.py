@@ -95,7 +95,7 @@ def period_sensitivity(P: np.ndarray, edge: int, edges: tuple[int, ...], n_windo
 
 def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components: int, edge: int, window: int,
           fft_pad: int, n_outliers: int, period_edges: tuple[int, ...], period_windows: int,
-          untrained_rows: int) -> Result:
+          untrained_rows: int, other_windows: tuple[int, ...]) -> Result:
     """Principal coordinates, sinusoid fits per component, helix turns/radius/pitch, and outlier scores."""
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
     n_pos = len(P)
@@ -127,7 +127,7 @@ def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components:
                  "period, bulk": ".0f", "R², bulk": ".3f"})
 
     turning, sensitivity, turns, radius = _turning(P, Z, edge, untrained_rows, period_edges, period_windows)
-    outliers, outlier_table, score = _outliers(P, window, n_outliers)
+    outliers, outlier_table, score = _outliers(P, window, n_outliers, other_windows)
     numbers |= turning | outliers
     arrays = {"Z": Z, "ratios": ratios[:n_components], "turns": turns, "radius": radius, "score": score,
               "fits": np.array([[f.period, f.amplitude, f.phase, f.offset] for f in fits]),
@@ -221,11 +221,15 @@ def _turning(P: np.ndarray, Z: np.ndarray, edge: int, untrained_rows: int, perio
     return numbers, sensitivity, turns, radius
 
 
-def _outliers(P: np.ndarray, window: int, n_outliers: int):
-    """(numbers, table, scores): each position's distance from the trend of its neighbours, in median steps."""
+def _outliers(P: np.ndarray, window: int, n_outliers: int, other_windows: tuple[int, ...]):
+    """(numbers, table, scores): each position's distance from the trend of its neighbours, in median steps, and
+    how the two ends' scores and the rest's 99th percentile move over other windows."""
     n_pos = len(P)
     steps = np.linalg.norm(np.diff(P, axis=0), axis=1)
     score = extrapolation_error(P, window) / np.median(steps)
+    by_window = np.array([extrapolation_error(P, w) / np.median(steps) for w in (window, *other_windows)])
+    ends = np.minimum(by_window[:, 0], by_window[:, -1])
+    rest_p99 = np.percentile(by_window[:, 1:-1], 99, axis=1)
     order = np.argsort(-score, kind="stable")
     rest = np.delete(score, [0, n_pos - 1])
     numbers = {
@@ -238,6 +242,12 @@ def _outliers(P: np.ndarray, window: int, n_outliers: int):
         "outlier_second": Number(float(score[1]), ".1f", "position 1: distance from the trend, in steps"),
         "outlier_rest_median": Number(float(np.median(rest)), ".2f", "median score of the other positions"),
         "outlier_rest_p99": Number(float(np.percentile(rest, 99)), ".2f", "99th percentile of the other positions"),
+        "outlier_windows": Text(", ".join(str(w) for w in sorted((window, *other_windows))),
+                                "windows of the one-sided extrapolation tried"),
+        "outlier_ends_low": Number(float(ends.min()), ".1f",
+                                   "smaller of the two ends' scores, at the window that makes it smallest"),
+        "outlier_rest_p99_high": Number(float(rest_p99.max()), ".2f",
+                                        "99th percentile of the other positions' scores, largest over the windows"),
     }
     nearest = np.minimum(np.r_[np.inf, steps], np.r_[steps, np.inf]) / np.median(steps)
     outlier_table = Table(("position", "distance from trend (median steps)", "distance to nearer neighbour (median steps)"),
@@ -387,7 +397,7 @@ register(
     "helix", "The helix traced by the positions", helix,
     needs=("W_pos",), params={"n_components": 6, "edge": EDGE, "window": 4, "fft_pad": 16, "n_outliers": 6,
                               "period_edges": (25, 50, 100, 150, 200, 250), "period_windows": 4,
-                              "untrained_rows": 1},
+                              "untrained_rows": 1, "other_windows": (2, 3, 6, 8)},
     figures={"helix": plot_helix, "components": plot_components, "phase": plot_phase, "outliers": plot_outliers},
     files={"helix_3d.md": helix_3d_html},
     groups=("first report", "notebook subset", "position table"),

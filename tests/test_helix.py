@@ -10,7 +10,8 @@ from analyses.toolkit.sinusoids import fit_sinusoid
 from analyses.engine.sources import ModelShape
 
 HELIX = {"n_components": 3, "edge": 50, "window": 4, "fft_pad": 16, "n_outliers": 3,
-         "period_edges": (25, 50, 100, 200, 260), "period_windows": 4, "untrained_rows": 1}
+         "period_edges": (25, 50, 100, 200, 260), "period_windows": 4, "untrained_rows": 1,
+         "other_windows": (2, 6)}
 SHAPE = ModelShape("toy helix", "gpt2", 32, 1000, 1, 1, 1, 1, "pre")
 
 

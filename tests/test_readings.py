@@ -70,3 +70,13 @@ def test_shared_phase_reading_holds_under_the_rule_and_its_check():
         assert decided[("independent phases", statistic)] == "yes"
     for part in ("shuffle", "surrogate"):
         assert value[f"n_{part}_rejected_low"] <= value[f"n_{part}_rejected"] <= value[f"n_{part}_rejected_high"]
+
+
+def test_landing_page_readings_hold_over_their_stated_ranges():
+    """Two odd ends: both ends stay far above every other position for every window tried. Growing one: the trained
+    model's table makes less than two turns around its axis however the axis is defined ("not a helix")."""
+    variables = yaml.safe_load((REPO / "_variables.yml").read_text())
+    helix = variables["gpt2"]["helix"]
+    assert float(helix["outlier_ends_low"]) > 5 * float(helix["outlier_rest_p99_high"])
+    for model in ("kjv_gpt2", "kjv_gpt2_seed1"):
+        assert float(variables[model]["helix"]["turns_total_high"]) < 2
