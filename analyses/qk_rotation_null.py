@@ -27,6 +27,8 @@ from analyses.engine.results import Number, Result, Table, Text, spoken_list
 from analyses.engine.sources import ModelShape
 
 NEEDS = ("W_pos", "blocks.0.attn.W_Q", "blocks.0.attn.W_K", "blocks.0.attn.b_Q", "blocks.0.attn.b_K")
+MIN_MASS = 0.01
+"""Heads whose mean attention on the current key is below this get no cited ratio of that attention."""
 FAMILY_NEEDS = {"gpt2": ("blocks.0.ln1.w", "blocks.0.ln1.b"), "bert": ("W_token_type", "embed.ln.w", "embed.ln.b")}
 
 
@@ -127,6 +129,8 @@ def qk_rotation_null(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_
         numbers[f"k{k}_heads_exceed"] = Text(spoken_list(str(h) for h in range(shape.n_heads) if k_exceeds[h]) or "none",
                                              f"heads exceeding their null (Holm) on frames of {k} directions")
         for head in range(shape.n_heads):
+            if k_effects[head][0]["mass_self"] < MIN_MASS:
+                continue  # a ratio of two near-zero masses fixes no digit
             numbers[f"k{k}_head{head}_mass_self_ratio"] = Number(
                 k_effects[head][1]["mass_self"] / k_effects[head][0]["mass_self"], ".2f",
                 f"head {head}, {k} directions: attention on the current key without the antisymmetric part / with it")
