@@ -119,7 +119,7 @@ def plot_shift_maps(result: Result, shape: ModelShape):
     ks, ranks = result.arrays["ks"], result.arrays["ranks"]
     fig, axes = plotting.subplots(1, 3, figsize=(plotting.MAX_WIDTH, 3.2), sharex=True)
     colours = {"learned": "C0", "sinusoidal": "C3", "walks": "0.45"}
-    titles = ("best affine map", "best orthogonal map", "one step's orthogonal map, k times")
+    titles = ("best affine map", "best orthogonal map", "one step's map, k times")
     for s, ax in enumerate(axes):
         for name, colour in colours.items():
             for j, r in enumerate(ranks):
