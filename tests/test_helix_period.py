@@ -110,3 +110,14 @@ def test_gpt2_readings_of_the_ends_hold_over_every_definition_of_the_axis():
     text = " ".join(text.split())
     for stale in ("faster at both ends", "first positions wind much faster", "the path winds fast", "fast early winding"):
         assert stale not in text, stale
+
+
+def test_the_bulk_period_is_positive_when_the_bulk_turns_against_the_whole():
+    """A path that turns one way over its ends and the other way over its bulk: the period of the bulk is counted
+    in the bulk's own direction (as the winding's), never negative."""
+    t = np.arange(600, dtype=np.float64)
+    angle = np.where(t < 100, 0.2 * t, np.where(t < 500, 20 - 0.02 * (t - 100), 12 + 0.3 * (t - 500)))
+    P = np.column_stack([np.cos(angle), np.sin(angle), 0.001 * t, np.zeros(600)])
+    period = helix_period(P, 100)
+    assert period > 0
+    assert helix_winding(P, edge=100).period == pytest.approx(period, rel=1e-9)

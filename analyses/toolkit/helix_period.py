@@ -106,11 +106,12 @@ def turn_length(Z: np.ndarray, edge: int, method: str = "mean", max_iterations: 
 
 def bulk_phase_increments(P: np.ndarray, edge: int) -> np.ndarray:
     """θ(n+1) − θ(n) for n in the bulk edge … n_ctx − edge − 2, θ the angle of (z1, z2) around the helix's own
-    axis (radians)."""
+    axis (radians), signed so that they advance over the bulk (which way round is a matter of orientation)."""
     edge = bulk_edge(len(P), edge)
     Z = principal_coordinates(P, 2)
     theta, _ = axis_phase(Z, turn_length(Z, edge))
-    return np.diff(theta[edge:len(P) - edge])
+    increments = np.diff(theta[edge:len(P) - edge])
+    return increments * (1.0 if increments.sum() >= 0 else -1.0)
 
 
 def helix_period(P: np.ndarray, edge: int = EDGE) -> float:
@@ -130,7 +131,7 @@ class Winding:
     theta: np.ndarray  # angle around the axis, radians, increasing, 0 at row 0
     radius: np.ndarray  # distance from the axis in the (z1, z2) plane
     turns: float  # turns from row 0 to the last trained row
-    period: float  # tokens per turn over the bulk (= helix_period when every row is trained)
+    period: float  # tokens per turn over the bulk (= helix_period of the trained rows)
     start: float  # tokens per turn over rows 0 … edge
     end: float  # tokens per turn over the last edge trained rows
     ranges: dict
@@ -148,9 +149,10 @@ def helix_winding(P: np.ndarray, *, edge: int = EDGE, n_trained: int | None = No
     Z = principal_coordinates(P[:n], 2)
     window = turn_length(Z, edge)
 
-    def numbers(theta):
-        return (theta[-1] / (2 * np.pi), _period_over(theta, edge, n - edge - 1), _period_over(theta, 0, edge),
-                _period_over(theta, n - edge - 1, n - 1))
+    def numbers(theta):  # the bulk's period in its own direction of turning, as `helix_period`
+        bulk = theta[n - edge - 1] - theta[edge]
+        return (theta[-1] / (2 * np.pi), _period_over(np.sign(bulk or 1.0) * theta, edge, n - edge - 1),
+                _period_over(theta, 0, edge), _period_over(theta, n - edge - 1, n - 1))
 
     theta, radius = axis_phase(Z, window)
     shift = CENTRE_SHIFT * float(np.median(radius[edge:n - edge]))
