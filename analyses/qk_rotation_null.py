@@ -84,19 +84,17 @@ def qk_rotation_null(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_
     pattern without the antisymmetric part; the same for frames of `other_sizes` directions."""
     shares, nulls, p_values, effects = frame_test(tensors, shape, n_components, n_frames, seed, min_query)
     exceeds = holm(p_values)
-    rows = tuple((head, shares[head], float(np.median(nulls[head])), float(np.quantile(nulls[head], 0.95)),
+    rows = tuple((head, shares[head], float(np.quantile(nulls[head], 0.95)),
                   p_value_text(p_values[head], n_frames).removeprefix("p = ").removeprefix("p "),
                   "yes" if exceeds[head] else "no",
                   effects[head][0]["mass_self"], effects[head][1]["mass_self"],
                   effects[head][0]["mean_distance"], effects[head][1]["mean_distance"])
                  for head in range(shape.n_heads))
-    table = Table(("head", "antisymmetric share", "random frames: median", "random frames: 95th percentile",
-                   "p", "exceeds (Holm)", "mass on current key", "… symmetric part only",
-                   "mean distance (tokens)", "… with the symmetric part only"), rows,
-                  formats={"antisymmetric share": ".2f", "random frames: median": ".2f",
-                           "random frames: 95th percentile": ".2f", "mass on current key": ".2f",
-                           "… symmetric part only": ".2f", "mean distance (tokens)": ".1f",
-                           "… with the symmetric part only": ".1f"})
+    table = Table(("head", "antisymmetric share", "random frames, 95th pct.", "p", "exceeds (Holm)",
+                   "current key", "current key, symmetric only", "distance", "distance, symmetric only"), rows,
+                  formats={"antisymmetric share": ".2f", "random frames, 95th pct.": ".2f", "current key": ".2f",
+                           "current key, symmetric only": ".2f", "distance": ".1f",
+                           "distance, symmetric only": ".1f"})
     exceeding = [h for h in range(shape.n_heads) if exceeds[h]]
     numbers = {
         "n_frames": Number(n_frames, "d", "random orthonormal frames per head"),
