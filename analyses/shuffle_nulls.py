@@ -310,7 +310,7 @@ def shuffle_nulls(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_dra
                                                                       max(OTHER_CHECKS + (GAUSSIAN_CHECK,)))),
                                       "range of Shapiro–Wilk thresholds tried for the Gaussian check")
     table = Table(("null", "similarity", "statistic", "observed", "null mean", "null std", "null max", "p-value",
-                   "p (Gaussian tail)", "rejected (Holm)", "effect size"), tuple(tuple(r) for r in rows),
+                   "p, Gaussian", "Holm", "effect size"), tuple(tuple(r) for r in rows),
                   {"observed": ".3f", "null mean": ".3f", "null std": ".2e", "null max": ".3f", "p-value": ".4f",
                    "effect size": ".3g"})
     return Result(numbers, {"null_tests": table}, arrays)
