@@ -3,6 +3,7 @@
 #                 analyses cache up to date); without Quarto, only the analyses
 #   make test     set up .venv and run the test suite
 # GPT-2's weights: set GPT2_WEIGHTS=DIR for a local copy, otherwise they come from the Hugging Face hub.
+# GPT-1's position table: set GPT1_WEIGHTS=DIR (../shared/models/gpt1), otherwise it comes from the hub.
 
 VENV ?= .venv
 PY := $(VENV)/bin/python

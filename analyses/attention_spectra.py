@@ -64,7 +64,14 @@ def _edelman_quantile(level: float) -> float:
 
 GRAM = Accuracy(rel=1e-5, basis="float64 Gram eigenvalues: the smallest singular value taken from them errs by "
                                 "about ε·κ² relative, below 1e-5 for condition numbers κ up to 2e5")
-"""The accuracy of a baseline's condition number (and of what its smallest singular values decide)."""
+"""The accuracy of a baseline's condition number (and of what its smallest singular values decide: its log-volume)."""
+SMALLEST = Accuracy(rel=1e-6, basis="a smallest singular value from a backward-stable SVD errs by about n·u·‖A‖, "
+                                    "relative n·u·κ ≈ 1e-7 for condition numbers κ up to 1e6; so does what it "
+                                    "decides (the condition number, its Gaussian tail probability)")
+"""The accuracy of an observed matrix's smallest singular value and condition number."""
+LOG_VOLUME = Accuracy(abs=1e-5, basis="Σ log σ_i from a backward-stable SVD: each log σ_i errs by about n·u·κ_i, "
+                                      "the sum by about n·u·κ ≈ 1e-7 for κ up to 1e6")
+"""The accuracy of an observed matrix's log-volume (and of its gaps to the baselines' means)."""
 
 
 def attention_spectra(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, reference_model: str,
@@ -86,7 +93,8 @@ def attention_spectra(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, r
     spectra, rows, base_rows, head_rows, head_stats = _measure(tensors, shape, rng, n_shuffles, erank_limit)
     table = Table(("layer", "matrix", "σ_max", "σ_min", "condition", "log-volume", "effective rank"), tuple(rows),
                   formats={"σ_max": ".3f", "σ_min": ".2e", "condition": ".3g", "log-volume": ".1f",
-                           "effective rank": ".1f"})
+                           "effective rank": ".1f"},
+                  accuracy={"σ_min": SMALLEST, "condition": SMALLEST, "log-volume": LOG_VOLUME})
     baselines = Table(
         ("layer", "matrix", "condition", "Gaussian P(κ ≥ condition)", "condition, shuffled", "effective rank",
          "effective rank / Gaussian", "effective rank, shuffled", "log-volume − Gaussian mean",
@@ -94,7 +102,8 @@ def attention_spectra(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, r
         formats={"condition": ".3g", "Gaussian P(κ ≥ condition)": ".3f", "condition, shuffled": ".3g",
                  "effective rank": ".1f", "effective rank / Gaussian": ".3f", "effective rank, shuffled": ".1f",
                  "log-volume − Gaussian mean": ".0f", "log-volume − shuffled": ".0f"},
-        accuracy={"condition, shuffled": GRAM})
+        accuracy={"condition": SMALLEST, "Gaussian P(κ ≥ condition)": SMALLEST, "condition, shuffled": GRAM,
+                  "log-volume − Gaussian mean": LOG_VOLUME, "log-volume − shuffled": GRAM})
     heads = Table(("layer", "head", "matrix", "condition", "log-volume", "effective rank"), tuple(head_rows),
                   formats={"condition": ".3g", "log-volume": ".2f", "effective rank": ".2f"})
     cond = np.array(table.column("condition")).reshape(L, len(MATRICES))
@@ -113,7 +122,7 @@ def attention_spectra(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, r
                                     "norms": np.sqrt((spectra**2).sum(axis=-1)),
                                     "gauss_erank": gauss_erank, "erank": erank, "cond": cond,
                                     "shuffled": np.array([[r[4], r[7]] for r in base_rows]).reshape(L, len(MATRICES), 2),
-                                    "erank_limit": np.array(erank_limit)}, {"shuffled": GRAM})
+                                    "erank_limit": np.array(erank_limit)}, {"shuffled": GRAM, "cond": SMALLEST})
 
 
 def _measure(tensors: Mapping[str, np.ndarray], shape: ModelShape, rng: np.random.Generator, n_shuffles: int,
@@ -159,8 +168,8 @@ def _full_matrix_numbers(rows, base_rows, head_rows, head_stats, cond, erank, ta
     numbers = {
         "n_matrices": Number(len(rows), "d", "full attention matrices analysed (layers × Q, K, V, O)"),
         "n_head_blocks": Number(len(head_rows), "d", "per-head blocks analysed"),
-        "condition_min": Number(cond.min(), "sci2", "smallest condition number of a full matrix"),
-        "condition_max": Number(cond.max(), "sci2", "largest condition number of a full matrix"),
+        "condition_min": Number(cond.min(), "sci2", "smallest condition number of a full matrix", SMALLEST),
+        "condition_max": Number(cond.max(), "sci2", "largest condition number of a full matrix", SMALLEST),
         "effective_rank_min": Number(erank.min(), ".1f", "smallest effective rank of a full matrix"),
         "effective_rank_max": Number(erank.max(), ".1f", "largest effective rank of a full matrix"),
         "head_effective_rank_min": Number(head_stats[..., 2].min(), ".1f",
@@ -202,7 +211,7 @@ def _full_matrix_numbers(rows, base_rows, head_rows, head_stats, cond, erank, ta
         "gaussian_draw_condition_max": Number(max(g["condition"] for g in gauss), "sci2",
                                               "largest condition number among the Gaussian draws", GRAM),
         "condition_tail_min": Number(float(tails.min()), ".4f",
-                                     "smallest Gaussian tail probability P(κ ≥ observed) of a full matrix"),
+                                     "smallest Gaussian tail probability P(κ ≥ observed) of a full matrix", SMALLEST),
         "alpha": Number(alpha, "g", "significance level for the condition-number tail"),
         "n_condition_below_alpha": Number(n_below_alpha, "d", "full matrices with Gaussian tail probability < alpha"),
         "n_condition_expected": Number(alpha * n_matrices, ".1f", "expected count if all were Gaussian, alpha × count"),
@@ -211,15 +220,16 @@ def _full_matrix_numbers(rows, base_rows, head_rows, head_stats, cond, erank, ta
         "n_condition_below_bonferroni": Number(int(np.sum(tails < alpha / n_matrices)), "d",
                                                "full matrices with tail probability < alpha / count (Bonferroni)"),
         "log_volume_gap_min": Number(float(max(r[8] for r in base_rows)), ".0f",
-                                     "smallest (least negative) log-volume minus its Gaussian mean"),
+                                     "smallest (least negative) log-volume minus its Gaussian mean", LOG_VOLUME),
         "log_volume_gap_max": Number(float(min(r[8] for r in base_rows)), ".0f",
-                                     "most negative log-volume minus its Gaussian mean"),
+                                     "most negative log-volume minus its Gaussian mean", LOG_VOLUME),
         "gaussian_log_volume_sd": Number(float(gauss_log_volume.std(ddof=1)) if n_gaussian > 1 else 0.0, ".2f",
                                          "standard deviation of the log-volume over the norm-matched Gaussian draws", GRAM),
         "shuffled_log_volume_gap_min": Number(float(max(r[9] for r in base_rows)), ".0f",
-                                              "smallest (least negative) log-volume minus that of the shuffled matrix"),
+                                              "smallest (least negative) log-volume minus that of the shuffled matrix",
+                                              GRAM),
         "shuffled_log_volume_gap_max": Number(float(min(r[9] for r in base_rows)), ".0f",
-                                              "most negative log-volume minus that of the shuffled matrix"),
+                                              "most negative log-volume minus that of the shuffled matrix", GRAM),
     }
     return numbers
 
@@ -252,7 +262,7 @@ def _per_matrix_numbers(cond: np.ndarray, erank: np.ndarray) -> dict:
     for m, kind in enumerate(MATRICES):
         k = kind.lower()
         numbers[f"condition_median_{k}"] = Number(float(np.median(cond[:, m])), "sci2",
-                                                  f"median over layers of the condition number of W_{kind}")
+                                                  f"median over layers of the condition number of W_{kind}", SMALLEST)
         numbers[f"effective_rank_median_{k}"] = Number(float(np.median(erank[:, m])), ".1f",
                                                        f"median over layers of the effective rank of W_{kind}")
         low_layer = int(np.argmin(erank[:, m]))
@@ -267,22 +277,24 @@ def _reference(spectra: np.ndarray, reference_layer: int, reference: Mapping[str
     numbers = {}
     ref = anisotropy(spectra[reference_layer, 0])
     ref_rows = []
-    for key, label, fmt in (("log_volume", "log-volume Σ log σ", ".2f"),
-                            ("effective_rank", "effective rank exp(H)", ".2f"),
-                            ("condition", "condition number σ_max/σ_min", "sci2")):
+    for key, label, fmt, accuracy in (("log_volume", "log-volume Σ log σ", ".2f", LOG_VOLUME),
+                                      ("effective_rank", "effective rank exp(H)", ".2f", None),
+                                      ("condition", "condition number σ_max/σ_min", "sci2", SMALLEST)):
         numbers[f"ref_{key}"] = Number(reference[key], fmt, f"{label} of layer-{reference_layer} W_Q, as reported")
         numbers[f"layer{reference_layer}_wq_{key}"] = Number(ref[key], fmt,
-                                                             f"{label} of layer-{reference_layer} W_Q, recomputed")
+                                                             f"{label} of layer-{reference_layer} W_Q, recomputed",
+                                                             accuracy)
         ref_rows.append((label, reference[key], ref[key]))
     numbers["reference_layer"] = Number(reference_layer, "d", "layer of the reported W_Q anisotropy values")
     numbers[f"layer{reference_layer}_wq_log10_volume"] = Number(
-        ref["log_volume"] / np.log(10), ".2f", f"log10 of the volume factor ∏σ of layer-{reference_layer} W_Q")
+        ref["log_volume"] / np.log(10), ".2f", f"log10 of the volume factor ∏σ of layer-{reference_layer} W_Q",
+        LOG_VOLUME)
     numbers[f"layer{reference_layer}_wq_entropy"] = Number(
         float(np.log(ref["effective_rank"])), ".4f",
         f"spectral entropy H = log(effective rank) of layer-{reference_layer} W_Q (nats, non-negative)")
     numbers[f"layer{reference_layer}_wq_condition_tail"] = Number(
         rm.condition_tail_probability(ref["condition"], D), ".3f",
-        f"Gaussian P(κ ≥ condition) of layer-{reference_layer} W_Q")
+        f"Gaussian P(κ ≥ condition) of layer-{reference_layer} W_Q", SMALLEST)
     numbers["float32_max_log10"] = Number(float(np.log10(np.finfo(np.float32).max)), ".2f",
                                           "log10 of the largest float32 number")
     table = Table(("quantity", "reported", "recomputed"), tuple(ref_rows),

@@ -9,10 +9,15 @@ over positions:
 * the helix period (`toolkit.helix_period`, the definition every chapter cites) over the bulk of the context;
 * the Toeplitz share τ of the Gram matrix X_s X_sᵀ (`toolkit.gram`), against the same Gaussian draws;
 * the row-norm profile ‖p_n‖ and the share of ‖P_s‖² in the token embeddings' top-k centred directions at the
-  same step, divided by the share k/D a random k-dimensional subspace holds on average (its enrichment);
-* the held-out loss at the same step.
+  same step, divided by the share k/D a random k-dimensional subspace holds on average (its enrichment), with
+  its exact standard deviation over random subspaces (`toolkit.subspaces.random_energy_moments`);
+* the held-out loss at the same step;
+* the learned change alone, ΔP_s = P_s − P_0 (the initial noise subtracted): its top-3 share, against the same
+  Gaussian draws; |ρ_S|, the Spearman correlation of its first principal coordinate with position, against the
+  largest |ρ_S| of the draws' first coordinates; and its size ‖ΔP_s‖ over the initial noise's ‖P_0‖ (both centred).
 
-Three times summarise a run: the onset of structure, the first snapshot from which on every snapshot's top-3
+Four times summarise a run: the start of learning, the first snapshot from which on every learned change's top-3
+share exceeds the largest share among the Gaussian draws; the onset of structure, the first snapshot from which on every snapshot's top-3
 share exceeds the largest share among the Gaussian draws (the first detectable structure); the structure's
 half-way step, the first snapshot whose top-3 share has covered half of its rise from the initialisation to the
 end; and the loss's half-way step, the first evaluation at which the held-out loss has fallen by half of its
@@ -28,14 +33,14 @@ import numpy as np
 from analyses.engine.registry import register
 from analyses.engine.results import COUNT_SHARE, EXACT, Accuracy, Number, Result, Table, Text
 from analyses.engine.shapes import ModelShape
-from analyses.engine.tensors import TRAINING_RECORD
+from analyses.engine.tensors import HISTORY_TOKEN_ROWS, TRAINING_RECORD
 from analyses.toolkit import plotting
 from analyses.toolkit.gram import toeplitz_share
 from analyses.toolkit.helix_period import EDGE, bulk_edge, helix_period, principal_coordinates
 from analyses.toolkit.linalg import explained_variance_ratio
-from analyses.toolkit.subspaces import energy_fraction
+from analyses.toolkit.subspaces import energy_fraction, random_energy_moments, width_k
 
-HISTORY = ("history.steps", "history.W_pos", "history.E_centred.S", "history.E_centred.V", "history.train_loss",
+HISTORY = ("history.steps", "history.W_pos", "history.E_centred.S", HISTORY_TOKEN_ROWS, "history.train_loss",
            "history.eval_steps", "history.eval_loss")
 RECORDED = Accuracy(basis="exact: read from the committed training record, not recomputed")
 
@@ -45,14 +50,33 @@ def top_share(P: np.ndarray, k: int) -> float:
     return float(explained_variance_ratio(P)[:k].sum())
 
 
+def position_following(P: np.ndarray) -> float:
+    """|ρ_S|: the Spearman correlation of P's first principal coordinate (centred over positions) with position."""
+    z = principal_coordinates(P, 1)[:, 0]
+    return float(abs(np.corrcoef(np.argsort(np.argsort(z)), np.arange(len(z)))[0, 1]))
+
+
 def gaussian_null(shape: tuple[int, int], k: int, n_draws: int, seed: int) -> np.ndarray:
-    """[n_draws, 2]: (top-k share, Toeplitz share) of i.i.d. standard Gaussian matrices of `shape`, centred."""
+    """[n_draws, 3]: (top-k share, Toeplitz share, |ρ_S| of the first coordinate with position) of i.i.d.
+    standard Gaussian matrices of `shape`, centred."""
     rng = np.random.default_rng(seed)
-    out = np.empty((n_draws, 2))
+    out = np.empty((n_draws, 3))
     for i in range(n_draws):
         X = rng.standard_normal(shape)
-        out[i] = top_share(X, k), toeplitz_share(X - X.mean(axis=0))
+        out[i] = top_share(X, k), toeplitz_share(X - X.mean(axis=0)), position_following(X)
     return out
+
+
+def learned_change(W: np.ndarray, k: int) -> dict[str, np.ndarray]:
+    """For each snapshot after the first, of ΔP_s = P_s − P_0: top-k share, |ρ_S| with position, and size
+    ‖ΔP_s‖_F / ‖P_0‖_F (both centred over positions). A snapshot equal to P_0 has no structure: share and ρ_S 0."""
+    W = np.asarray(W, dtype=np.float64)
+    initial = np.linalg.norm(W[0] - W[0].mean(axis=0))
+    changes = W[1:] - W[0]
+    size = np.array([np.linalg.norm(d - d.mean(axis=0)) for d in changes])
+    return {"share": np.array([top_share(d, k) if n > 0 else 0.0 for d, n in zip(changes, size)]),
+            "following": np.array([position_following(d) if n > 0 else 0.0 for d, n in zip(changes, size)]),
+            "size": size / initial}
 
 
 def onset_index(values: np.ndarray, threshold: float) -> int | None:
@@ -71,23 +95,30 @@ def half_way_index(values: np.ndarray) -> int:
     return int(np.flatnonzero(values <= values[0] - 0.5 * (values[0] - values[-1]))[0])
 
 
+def token_directions(history: Mapping[str, np.ndarray], k: int) -> np.ndarray:
+    """[S, d_model, k]: E_c's top-k right singular vectors at each snapshot as columns (the history stores rows)."""
+    return np.asarray(history[HISTORY_TOKEN_ROWS][:, :k, :], dtype=np.float64).transpose(0, 2, 1)
+
+
 def trajectory(history: Mapping[str, np.ndarray], k: int, token_k: int, edge: int) -> dict[str, np.ndarray]:
-    """Per snapshot: top-k share, helix period, Toeplitz share, row norms and token-subspace enrichment."""
+    """Per snapshot: top-k share, helix period, Toeplitz share, row norms, token-subspace enrichment and its exact
+    standard deviation over uniformly random token_k-dimensional subspaces (whose mean is 1)."""
     W = np.asarray(history["history.W_pos"], dtype=np.float64)
-    V = np.asarray(history["history.E_centred.V"], dtype=np.float64)
+    V = token_directions(history, token_k)
     D = W.shape[2]
-    share, period, tau, enrichment = (np.empty(len(W)) for _ in range(4))
+    share, period, tau, enrichment, spread = (np.empty(len(W)) for _ in range(5))
     for s, P in enumerate(W):
         share[s] = top_share(P, k)
         period[s] = helix_period(P, edge)
         tau[s] = toeplitz_share(P - P.mean(axis=0))
-        enrichment[s] = energy_fraction(P, V[s][:, :token_k], side="output") / (token_k / D)
+        enrichment[s] = energy_fraction(P, V[s], side="output") / (token_k / D)
+        spread[s] = random_energy_moments(P, token_k, side="output")[1] / (token_k / D)
     return {"share": share, "period": period, "toeplitz": tau, "enrichment": enrichment,
-            "norms": np.linalg.norm(W, axis=2)}
+            "enrichment_sd": spread, "norms": np.linalg.norm(W, axis=2)}
 
 
 def helix_growth(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, k: int, token_k: int, edge: int,
-                 n_null: int, seed: int, shown: int) -> Result:
+                 n_null: int, seed: int, shown: int, width_share: float) -> Result:
     """The trajectory of the position table's structure over training, with its Gaussian nulls and the loss."""
     steps = np.asarray(tensors["history.steps"])
     eval_steps, eval_loss = np.asarray(tensors["history.eval_steps"]), np.asarray(tensors["history.eval_loss"])
@@ -97,8 +128,9 @@ def helix_growth(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, k: int
     loss = eval_loss[[lookup[int(s)] for s in steps]]
     t = trajectory(tensors, k, token_k, edge)
     null = gaussian_null(tuple(tensors["history.W_pos"].shape[1:]), k, n_null, seed)
-    share_max, tau_max = null.max(axis=0)
+    share_max, tau_max, following_max = null.max(axis=0)
     onset = onset_index(t["share"], share_max)
+    learned = learned_change(tensors["history.W_pos"], k)
     half, formed = half_way_index(eval_loss), half_way_index(t["share"])
     last = len(steps) - 1
     numbers = {
@@ -122,6 +154,10 @@ def helix_growth(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, k: int
         "enrichment_init": Number(t["enrichment"][0], ".2f", "token-subspace enrichment at initialisation"),
         "enrichment_final": Number(t["enrichment"][last], ".2f", "token-subspace enrichment at the last step"),
         "enrichment_max": Number(float(t["enrichment"].max()), ".2f", "largest token-subspace enrichment"),
+        "enrichment_final_sd": Number(t["enrichment_sd"][last], ".2f",
+                                      "sd of the enrichment over random subspaces, last step (exact; mean 1)"),
+        "enrichment_max_sd": Number(float(t["enrichment_sd"][int(np.argmax(t["enrichment"]))]), ".2f",
+                                    "sd of the enrichment over random subspaces at its largest (exact; mean 1)"),
         "enrichment_max_step": Number(int(steps[int(np.argmax(t["enrichment"]))]), "d",
                                       "step of the largest token-subspace enrichment"),
         "norm_first_over_median_final": Number(float(t["norms"][last, 0] / np.median(t["norms"][last])), ".2f",
@@ -139,6 +175,8 @@ def helix_growth(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, k: int
                                       "top-k share at the snapshot before that step"),
         "step_before_formed": Number(int(steps[formed - 1]) if formed else 0, "d", "the snapshot before that step"),
     }
+    numbers |= _learned_numbers(learned, steps, onset, share_max, following_max)
+    numbers |= _same_width(tensors, width_share)
     if onset is None:
         numbers["onset"] = Text("none", "no snapshot from which on the top-k share stays above the null")
     else:
@@ -153,13 +191,73 @@ def helix_growth(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, k: int
                    "helix period"), rows,
                   formats={"held-out loss": ".2f", f"top-{k} share": ".1%", "Toeplitz share": ".0%",
                            "token enrichment": ".2f", "helix period": ".0f"})
+    learned_table = Table(("step", f"top-{k} share of P", f"top-{k} share of P − P₀", "ρ_S with position (abs.)",
+                           "‖P − P₀‖ / ‖P₀‖"),
+                          tuple((int(steps[i + 1]), t["share"][i + 1], learned["share"][i], learned["following"][i],
+                                 learned["size"][i]) for i in range(last)),
+                          formats={f"top-{k} share of P": ".1%", f"top-{k} share of P − P₀": ".1%",
+                                   "ρ_S with position (abs.)": ".2f", "‖P − P₀‖ / ‖P₀‖": ".2f"})
     picks = np.unique(np.round(np.linspace(0, last, shown)).astype(int))
     coordinates = np.stack([principal_coordinates(np.asarray(tensors["history.W_pos"][i], dtype=np.float64), 2)
                             for i in range(len(steps))])
     arrays = {"steps": steps, "loss": loss, "eval_steps": eval_steps, "eval_loss": eval_loss,
               "train_loss": np.asarray(tensors["history.train_loss"]), "null": null, "picks": picks,
               "coordinates": coordinates, **t}
-    return Result(numbers, {"trajectory": table}, arrays, {"coordinates": _SIGNS, "picks": EXACT})
+    arrays |= {f"learned_{key}": value for key, value in learned.items()}
+    return Result(numbers, {"trajectory": table, "learned": learned_table}, arrays,
+                  {"coordinates": _SIGNS, "picks": EXACT})
+
+
+def _same_width(history: Mapping[str, np.ndarray], width_share: float) -> dict[str, Number]:
+    """At the last step, P's energy in E's top-k subspace over chance with k the same fraction of the width as in
+    GPT-2's cited top 30 (`toolkit.subspaces.width_k`), with its exact sd over random subspaces."""
+    P = np.asarray(history["history.W_pos"][-1], dtype=np.float64)
+    D = P.shape[1]
+    k = width_k(width_share, D)
+    chance, sd = random_energy_moments(P, k, side="output")
+    share = energy_fraction(P, token_directions(history, k)[-1], side="output")
+    return {"width_k": Number(k, "d", f"token directions at {width_share:.4g} of the width"),
+            "width_ratio_final": Number(share / chance, ".2f", "P's energy in E's top width_k over chance, last step"),
+            "width_ratio_final_sd": Number(sd / chance, ".2f", "its sd over random subspaces (exact; mean 1)")}
+
+
+def _learned_numbers(learned: dict[str, np.ndarray], steps: np.ndarray, onset: int | None, share_max: float,
+                     following_max: float) -> dict[str, Number | Text]:
+    """The learned change's numbers: at the first snapshot after step 0, up to the table's onset, and the snapshots
+    from which on its share and its position-following stay above every Gaussian draw (indices into steps[1:])."""
+    later = steps[1:]
+    numbers = {
+        "learned_first_step": Number(int(later[0]), "d", "first snapshot after initialisation"),
+        "learned_share_first": Number(learned["share"][0], ".1%", "top-k share of P − P₀ at that snapshot"),
+        "learned_following_first": Number(learned["following"][0], ".2f",
+                                          "|ρ_S| of P − P₀'s first coordinate with position there"),
+        "learned_size_first": Number(learned["size"][0], ".2f", "‖P − P₀‖ / ‖P₀‖ there"),
+        "null_following_max": Number(float(following_max), ".2f", "largest |ρ_S| of the Gaussian draws"),
+        "learned_share_min": Number(float(learned["share"].min()), ".1%", "smallest top-k share of P − P₀"),
+    }
+    start = onset_index(learned["share"], share_max)
+    numbers |= ({"learning_start": Text("none", "no snapshot from which on P − P₀'s top-k share stays above the null")}
+                if start is None else
+                {"learning_start_step": Number(int(later[start]), "d",
+                                               "first snapshot from which on P − P₀'s top-k share stays above every draw")})
+    follows = onset_index(learned["following"], following_max)
+    if follows is not None:
+        numbers["following_step"] = Number(int(later[follows]), "d",
+                                           "first snapshot from which on P − P₀'s |ρ_S| stays above every draw")
+        if follows > 0:
+            lowest = int(np.argmin(learned["following"][:follows]))
+            numbers |= {"learned_following_min": Number(float(learned["following"][lowest]), ".2f",
+                                                        "smallest |ρ_S| of P − P₀ before that snapshot"),
+                        "learned_following_min_step": Number(int(later[lowest]), "d", "the step where it is smallest")}
+    if onset is not None and onset > 0:
+        early = learned["share"][:onset]
+        numbers |= {"learned_share_early_min": Number(float(early.min()), ".1%",
+                                                      "smallest top-k share of P − P₀ up to the onset of structure"),
+                    "learned_share_early_max": Number(float(early.max()), ".1%",
+                                                      "largest top-k share of P − P₀ up to the onset of structure"),
+                    "learned_size_at_onset": Number(learned["size"][onset - 1], ".2f",
+                                                    "‖P − P₀‖ / ‖P₀‖ at the onset of structure")}
+    return numbers
 
 
 def _order(a: int, b: int) -> str:
@@ -310,7 +408,8 @@ def growth_slider_html(result: Result, shape: ModelShape) -> str:
 
 register(
     "helix_growth", "How the position table forms over training", helix_growth,
-    needs=HISTORY, params={"k": 3, "token_k": 10, "edge": EDGE, "n_null": 50, "seed": 0, "shown": 8},
+    needs=HISTORY, params={"k": 3, "token_k": 10, "edge": EDGE, "n_null": 50, "seed": 0, "shown": 8,
+                           "width_share": 30 / 768},  # GPT-2's cited top 30, as a fraction of the width
     figures={"trajectory": plot_trajectory, "snapshots": plot_snapshots, "norms": plot_norms},
     files={"growth_slider.md": growth_slider_html}, groups=("position table",),
 )

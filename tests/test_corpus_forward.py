@@ -196,3 +196,27 @@ def test_signal_ranks_recover_a_planted_rank_in_every_window():
     H = np.stack([[rng.standard_normal((120, r)) @ rng.standard_normal((r, 40)) * 8 + rng.standard_normal((120, 40))
                    for _ in range(4)] for r in (2, 5)])
     assert cf.signal_ranks(H.astype(np.float32)).tolist() == [[2] * 4, [5] * 4]
+
+
+OWN_CHAPTERS = ("forward-pass.qmd", "growing-helix.qmd")
+
+
+def _paragraphs(name: str) -> list[str]:
+    from pathlib import Path
+
+    return (Path(__file__).resolve().parents[1] / "report" / name).read_text().split("\n\n")
+
+
+@pytest.mark.parametrize("chapter", OWN_CHAPTERS)
+@pytest.mark.parametrize("cited, beside", [
+    ("corpus_states.pos_last >", "corpus_states.chance_pos >"),
+    ("position_share.pos_last >", "position_share.chance_pos >"),
+    ("corpus_ablation.tv_top >", "corpus_ablation.cos_distance_top_last >"),
+])
+def test_a_run_time_result_is_cited_with_its_chance_level_or_its_null_at_the_output(chapter, cited, beside):
+    """Issue 37: the last layer's position share means little without its chance level, and the ablation's
+    attention change without its change at the output (which, in the trained model, is inside the controls')."""
+    for paragraph in _paragraphs(chapter):
+        for model in ("minilm", "kjv_gpt2"):
+            if f"{model}.{cited}" in paragraph:
+                assert f"{model}.{beside}" in paragraph, (chapter, model, cited, paragraph[:80])

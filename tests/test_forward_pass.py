@@ -403,3 +403,30 @@ def test_entropy_and_the_state_where_the_top_token_settles():
     np.testing.assert_allclose(np.exp(log_softmax(np.array([1.0, 2.0, 3.0]))).sum(), 1.0)
     assert decided_state(np.array([5, 7, 5, 5])) == 2
     assert decided_state(np.array([5, 5, 5])) == 0 and decided_state(np.array([1, 2, 3])) == 2
+
+
+@pytest.mark.parametrize("chapter, claim, key", [
+    ("forward-pass.qmd", "padova-union-rank", "kjv_gpt2.signal_subspaces.long_union_rank"),
+    ("forward-pass.qmd", "padova-distant", "kjv_gpt2.text_attention.n_farther_on_text"),
+    ("forward-pass.qmd", "padova-logit-lens", "kjv_gpt2.logit_lens.einstein_entropy_last"),
+    ("claims.qmd", "simon-mlp", "kjv_gpt2.mlp_position_content.l0_e_k30"),
+    ("claims.qmd", "padova-union-rank", "kjv_gpt2.signal_subspaces.long_union_rank"),
+    ("position-content.qmd", "simon-mlp", "kjv_gpt2.mlp_position_content.l0_p_k30"),
+])
+def test_where_gpt2_cannot_answer_the_trained_gpt2_gives_its_row(chapter, claim, key):
+    """Issue 37, item 5: a claim that the offline GPT-2 cannot test, but the small GPT-2 trained here can, cites
+    the trained model's measurement in its row."""
+    text = (Path(__file__).resolve().parents[1] / "report" / chapter).read_text()
+    row = next(line for line in text.splitlines() if f'claim="{claim}' in line or f' {claim}"' in line)
+    assert f"{{{{< var {key} >}}}}" in row
+
+
+def test_the_chapter_summary_cites_one_estimator_within_the_trained_length():
+    """Issue 37, item 7: MiniLM's long prompt runs past the positions it was fine-tuned on, with another estimator
+    than the corpus windows; the summary cites the corpus alone, and the prompt's section says why."""
+    text = (Path(__file__).resolve().parents[1] / "report" / "forward-pass.qmd").read_text()
+    summary = text.split("\n\n")[1]
+    assert summary.startswith("**In short.**")
+    assert "position_share." not in summary and "minilm.corpus_states.pos_last" in summary
+    share_section = text[text.index("{#sec-forward-share}"):]
+    assert "{{< var minilm.corpus_states.trained >}}" in share_section[:3000]

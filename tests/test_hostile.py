@@ -1,6 +1,7 @@
-"""What a hostile user tried (issue 19), each case with its documented outcome: the exit code, one line on
+"""What a hostile user tried (issues 19 and 34), each case with its documented outcome: the exit code, one line on
 stderr, no cited byte changed, nothing left behind. Every case works on a copy of a small computed repository
-(a tiny synthetic GPT-2 checkpoint, `position_matrix` and `checkpoint_inventory`)."""
+(a tiny synthetic GPT-2 checkpoint, `position_matrix` and `checkpoint_inventory`), or on a copy of the committed
+trained models that the engine is pointed at; none writes into the checkout."""
 
 from __future__ import annotations
 
@@ -168,6 +169,7 @@ def test_a_manifest_of_the_wrong_structure_is_unreadable_and_recomputed(repo, ca
     ({"layer_norm_epsilon": 3.0}, "'layer_norm_epsilon' must be a positive number within"),
     ({"n_inner": 10 ** 9}, "'n_inner' must be a positive integer within"),
     ({"n_positions": 2048}, "n_ctx is 2048, tiny-gpt2 has 16"),
+    ({"activation_function": "relu"}, 'activation_function "relu" is not implemented by the forward pass'),
 ])
 def test_a_bad_config_value_is_refused(repo, capsys, change, expect):
     (repo.weights / "config.json").write_text(json.dumps({**gpt2_config(), **change}))
@@ -430,6 +432,11 @@ def test_garbage_timings_are_ignored(repo, capsys, timings):
     assert call(capsys, "run", "--quiet", "--force", *repo.args)[0] == 0
 
 
+def test_deeply_nested_timings_are_ignored(repo):
+    (repo.cache.root / TIMINGS).write_text("[" * 200_000 + "]" * 200_000)
+    assert repo.cache.timings() == {}
+
+
 def _pre_render(repo, python: str, **env) -> subprocess.CompletedProcess:
     """The book's pre-render step in the test repository (its script, beside the repository's `analyses`)."""
     scripts = repo.root / "report" / "_scripts"
@@ -525,3 +532,285 @@ def test_a_model_named_twice_or_by_its_alias_is_planned_once(repo, capsys):
     jobs, _ = _jobs(_parser().parse_args(["list", "position_matrix", "--model", "minilm", "--model",
                                           "all-MiniLM-L6-v2", "--root", str(repo.root)]))
     assert [job.label for job in jobs] == ["minilm/position_matrix"]
+
+
+# ---------------------------------------------------------------------------
+# 10. Round three (issue 34): damage to the repository, dying workers, citations that would vanish
+
+
+@pytest.fixture
+def committed(tmp_path, monkeypatch):
+    """A copy of the committed trained models, which the engine then reads instead of `models/`."""
+    from analyses.engine import training
+
+    models = tmp_path / "models"
+    for name in ("kjv-gpt2", "kjv-gpt2-seed1"):
+        shutil.copytree(training.MODELS_DIR / name, models / name)
+    monkeypatch.setattr(training, "MODELS_DIR", models)
+    return models
+
+
+def _flip_a_byte(directory: Path) -> None:
+    path = directory / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 1
+    path.write_bytes(bytes(data))
+
+
+def _edit_config(directory: Path) -> None:
+    path = directory / "config.json"
+    path.write_text(path.read_text().replace('"attn_pdrop": 0.0', '"attn_pdrop": 0.1'))
+
+
+def _edit_record(directory: Path) -> None:
+    path = directory / "training.json"
+    path.write_text(path.read_text().replace('"cores": 2', '"cores": 64'))
+
+
+DAMAGES = {"model.safetensors does not match SHA256SUMS": _flip_a_byte,
+           "SHA256SUMS is missing": lambda d: (d / "SHA256SUMS").unlink(),
+           "config.json does not match SHA256SUMS": _edit_config,
+           "training.json does not match SHA256SUMS": _edit_record,
+           "vocab.json is not listed in SHA256SUMS": lambda d: (d / "vocab.json").write_text("{}"),
+           "history.safetensors is missing": lambda d: (d / "history.safetensors").unlink()}
+
+
+def test_the_committed_models_are_intact(committed):
+    for name in ("kjv-gpt2", "kjv-gpt2-seed1"):
+        sources.check_committed(name, committed / name)  # the rule below refuses damage, not the models
+
+
+@pytest.mark.parametrize("model", ["kjv-gpt2", "kjv-gpt2-seed1"])
+@pytest.mark.parametrize("expect", DAMAGES)
+@pytest.mark.parametrize("command", ["status", "run", "verify"])
+def test_a_damaged_committed_model_is_an_error_for_every_command(committed, tmp_path, capsys, model, expect,
+                                                                  command):
+    """Damage to the repository, not an unreachable hub: exit 2, one line naming the file, nothing written."""
+    root = make_repository(tmp_path / "repo")
+    DAMAGES[expect](committed / model)
+    before, models = tree(root), tree(committed)
+    code, _, err = call(capsys, command, "position_matrix", "--model", model, "--root", str(root))
+    assert code == cli.EXIT_USAGE and f"{committed / model}/{expect}" in one_line(err)
+    assert tree(root) == before and tree(committed) == models
+
+
+@pytest.mark.parametrize("model, expect", [("kjv-gpt2", "SHA256SUMS is missing"),
+                                           ("kjv-gpt2-seed1", "training.json does not match SHA256SUMS")])
+def test_explain_refuses_a_damaged_committed_model_too(committed, capsys, model, expect):
+    DAMAGES[expect](committed / model)
+    key = f"{model.replace('-', '_')}.position_matrix.norm_mean"
+    code, _, err = call(capsys, "explain", key, "--root", str(REPO))  # reads the real cache, writes nothing
+    assert code == cli.EXIT_USAGE and f"{committed / model}/{expect}" in one_line(err)
+
+
+def _make_stale(repo) -> list[str]:
+    """An entry that the next run recomputes and writes (one of its outputs gone); the arguments of that run."""
+    (repo.cache.entry("tiny_gpt2", "checkpoint_inventory") / "status.md").unlink()
+    return ["checkpoint_inventory", *repo.args[len(NAMES):]]
+
+
+@pytest.mark.parametrize("signum, code, expect", [
+    (signal.SIGKILL, cli.EXIT_WORKER, "error: tiny_gpt2/checkpoint_inventory: its worker died (killed by SIGKILL, as the "
+                                      "out-of-memory killer does)"),
+    (signal.SIGSEGV, cli.EXIT_WORKER, "error: tiny_gpt2/checkpoint_inventory: its worker died (killed by SIGSEGV)"),
+    (signal.SIGTERM, cli.EXIT_TERMINATED, "terminated (the worker computing tiny_gpt2/checkpoint_inventory got SIGTERM)"),
+    (signal.SIGINT, cli.EXIT_INTERRUPTED, "interrupted (the worker computing tiny_gpt2/checkpoint_inventory got SIGINT)"),
+])
+def test_a_worker_killed_by_a_signal_is_one_line_and_changes_nothing(repo, capsys, monkeypatch, signum, code, expect):
+    """The issue's `strace -e inject=renameat2:signal=KILL`: the worker dies as it swaps its entry in (a SIGTERM or
+    SIGINT that reaches it alone is handled, and reported, as an interrupt of the run)."""
+    import faulthandler
+
+    def die(*args):
+        faulthandler.disable()  # a SIGSEGV then ends the worker without a dump of its stack
+        os.kill(os.getpid(), signum)
+
+    stale = _make_stale(repo)
+    before = tree(repo.root)
+    monkeypatch.setattr(cache_module, "_exchange", die)  # runs only in the forked worker that writes
+    got, _, err = call(capsys, "run", "--quiet", *stale)
+    assert got == code and one_line(err).startswith(expect)
+    assert tree(repo.root) == before  # the old entry, no temporary beside it
+
+
+@pytest.mark.parametrize("command", ["status", "run"])
+@pytest.mark.parametrize("value, expect", [(np.nan, "non-finite values"), (np.inf, "non-finite values"),
+                                           (1e6, "holds a value of 1e+06"), (0.0, "is all zeros")])
+def test_status_and_run_agree_on_implausible_weights(repo, capsys, command, value, expect):
+    wpe = _state()["wpe.weight"]
+    wpe = np.zeros_like(wpe) if value == 0.0 else np.where(np.eye(*wpe.shape) > 0, np.float32(value), wpe)
+    save_file(_state(**{"wpe.weight": wpe}), str(repo.weights / "model.safetensors"))
+    before = tree(repo.root)
+    code, _, err = call(capsys, command, *repo.args)
+    assert code == cli.EXIT_USAGE and "'wpe.weight'" in one_line(err) and expect in one_line(err)
+    assert tree(repo.root) == before
+
+
+def test_plausible_new_weights_are_stale_not_an_error(repo, capsys):
+    save_file(_state(**{"wpe.weight": _state()["wpe.weight"] * 1.5}), str(repo.weights / "model.safetensors"))
+    code, out, err = call(capsys, "status", *repo.args)
+    assert code == cli.EXIT_STALE and "weights" in out and not err
+
+
+def _symlink_loop(tmp_path: Path) -> Path:
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    return loop
+
+
+def _deep_config(tmp_path: Path) -> Path:
+    shutil.copytree(tmp_path / "t" / "tiny", tmp_path / "deep")
+    (tmp_path / "deep" / "config.json").write_text("[" * 200_000 + "]" * 200_000)
+    return tmp_path / "deep"
+
+
+def _deep_header(tmp_path: Path) -> Path:
+    shutil.copytree(tmp_path / "t" / "tiny", tmp_path / "deep")
+    header = ("[" * 200_000 + "]" * 200_000).encode()
+    (tmp_path / "deep" / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
+    return tmp_path / "deep"
+
+
+@pytest.mark.parametrize("weights, expect", [
+    (_symlink_loop, "cannot be looked up: a symlink loop"),
+    (lambda tmp_path: tmp_path / ("a" * 5000), "cannot be looked up: File name too long"),
+    (_deep_config, "config.json is nested too deeply"),
+    (_deep_header, "its safetensors header is nested too deeply"),
+])
+@pytest.mark.parametrize("command", ["status", "run"])
+def test_unusable_weights_of_any_shape_are_one_line(repo, tmp_path, capsys, command, weights, expect):
+    args = [*NAMES, "--model", "tiny-gpt2", "--weights", str(weights(tmp_path)), "--root", str(repo.root)]
+    before = tree(repo.root)
+    code, _, err = call(capsys, command, *args)
+    assert code == cli.EXIT_USAGE and expect in one_line(err)
+    assert tree(repo.root) == before
+
+
+def test_a_root_too_long_for_the_system_is_a_usage_error(tmp_path, capsys):
+    code, _, err = call(capsys, "status", "--root", str(tmp_path / ("a" * 5000)))
+    assert code == cli.EXIT_USAGE and "cannot be looked up: File name too long" in one_line(err)
+
+
+def test_a_deeply_nested_training_record_is_a_weights_error(tmp_path):
+    from analyses.engine.tensors import read_training_record
+
+    (tmp_path / "training.json").write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(WeightsError, match="nested too deeply"):
+        read_training_record(tmp_path / "training.json")
+
+
+def test_explain_on_an_ascii_terminal_degrades_characters(repo, capsys, monkeypatch):
+    import io
+
+    ascii_out = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+    monkeypatch.setattr(sys, "stdout", ascii_out)
+    assert main(["explain", "tiny_gpt2.position_matrix.norm_mean", "--weights", str(repo.weights),
+                 "--root", str(repo.root)]) == 0
+    ascii_out.flush()
+    text = ascii_out.buffer.getvalue().decode("ascii")
+    assert "accuracy    \\xb11e-09 relative" in text and not capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damaged", [b"\xff", b"/* an older plotly.js */\n"])
+def test_pre_render_replaces_a_plotly_copy_that_differs(repo, tmp_path, damaged):
+    from plotly.offline import get_plotlyjs
+
+    assets = repo.root / "report" / "_assets"
+    assets.mkdir()
+    (assets / "plotly.min.js").write_bytes(damaged)
+    done = _pre_render(repo, _analyses_run_passes(tmp_path))
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    assert (assets / "plotly.min.js").read_bytes() == get_plotlyjs().encode()
+
+
+def _cited(repo, scope: str, name: str) -> dict:
+    import yaml
+
+    return yaml.safe_load(repo.cache.variables.read_text()).get(scope, {}).get(name, {})
+
+
+@pytest.mark.parametrize("damage, expect", [
+    (lambda entry: (entry / "status.md").write_text("edited\n"), "is damaged (output status.md was modified"),
+    (lambda entry: (entry / "numbers.json").unlink(), "is damaged (output numbers.json is missing)"),
+    (shutil.rmtree, "is missing"),
+])
+def test_a_targeted_run_never_drops_another_entrys_citations(repo, capsys, damage, expect):
+    """Damage one entry, run another analysis: an error naming the damaged entry, nothing changed; the run that
+    includes it repairs it and cites the same values."""
+    cited = _cited(repo, "tiny_gpt2", "checkpoint_inventory")
+    assert len(cited) > 1
+    damage(repo.cache.entry("tiny_gpt2", "checkpoint_inventory"))
+    targeted = ["position_matrix", *repo.args[len(NAMES):]]
+    refused(capsys, repo, "--force", *targeted, expect=f"report/_cache/tiny_gpt2/checkpoint_inventory {expect}")
+    refused(capsys, repo, *targeted, expect="recompute it: `python -m analyses run checkpoint_inventory --model tiny-gpt2`")
+    assert _cited(repo, "tiny_gpt2", "checkpoint_inventory") == cited
+    assert call(capsys, "run", "--quiet", *repo.args)[0] == 0
+    assert _cited(repo, "tiny_gpt2", "checkpoint_inventory") == cited
+
+
+def test_a_run_still_removes_what_no_entry_holds(repo, capsys):
+    """A hand-added key of no analysis is not a citation to keep: the run rewrites the file without it."""
+    variables = repo.cache.variables.read_bytes()
+    repo.cache.variables.write_text(variables.decode() + "tiny_gpt2_extra:\n  made_up:\n    value: '1'\n")
+    assert call(capsys, "run", "--quiet", "position_matrix", *repo.args[len(NAMES):])[0] == 0
+    assert repo.cache.variables.read_bytes() == variables
+
+
+@pytest.mark.parametrize("command", ["status", "run"])
+def test_an_empty_gpt2_weights_is_an_error(repo, capsys, monkeypatch, command):
+    monkeypatch.setenv(WEIGHTS_ENV, "")
+    before = tree(repo.root)
+    code, _, err = call(capsys, command, "position_matrix", "--model", "gpt2", "--root", str(repo.root))
+    assert code == cli.EXIT_USAGE and "$GPT2_WEIGHTS is set but empty" in one_line(err)
+    assert tree(repo.root) == before
+
+
+def _read_only(monkeypatch) -> None:
+    """Every write into the cache fails as on a read-only file system (root ignores permissions)."""
+    import errno
+
+    def refuse(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(args[0]) if args else None)
+
+    monkeypatch.setattr(cache_module, "atomic_write", refuse)
+    monkeypatch.setattr(cache_module.tempfile, "mkdtemp", refuse)
+
+
+def test_force_on_a_read_only_cache_with_nothing_to_change(repo, capsys, monkeypatch):
+    _read_only(monkeypatch)
+    before = tree(repo.root)
+    code, _, err = call(capsys, "run", "--quiet", "--force", "checkpoint_inventory", *repo.args[len(NAMES):])
+    assert code == 0 and not err and tree(repo.root) == before
+
+
+def test_a_read_only_cache_with_something_to_change_is_an_os_error(repo, capsys, monkeypatch):
+    stale = _make_stale(repo)
+    _read_only(monkeypatch)
+    code, _, err = call(capsys, "run", "--quiet", *stale)
+    assert code == cli.EXIT_OS and "Read-only file system" in one_line(err)
+
+
+@pytest.mark.parametrize("generated", ["report/provenance.qmd", "report/provenance.json"])
+def test_status_reports_a_stale_provenance_page(repo, capsys, generated):
+    (repo.root / "index.qmd").write_text("# Index\n\nMean norm {{< var tiny_gpt2.position_matrix.norm_mean >}}.\n")
+    (repo.root / "_quarto.yml").write_text("project: {type: book}\nbook:\n  chapters: [index.qmd]\n"
+                                           "  appendices: [report/provenance.qmd]\n")
+    assert call(capsys, "run", "--quiet", *repo.args)[0] == 0  # a book now, which shows no figure
+    assert call(capsys, "provenance", "--root", str(repo.root))[0] == 0
+    assert call(capsys, "status", *repo.args)[0] == 0
+    with (repo.root / generated).open("a") as f:
+        f.write("\n")
+    code, out, _ = call(capsys, "status", *repo.args)
+    assert code == cli.EXIT_STALE and f"STALE: {generated} differs from the cache" in out
+    (repo.root / generated).unlink()
+    assert call(capsys, "status", *repo.args)[0] == cli.EXIT_STALE
+
+
+def test_a_bert_config_with_another_activation_is_refused(tmp_path):
+    from analyses.engine.shapes import shape_from_config
+
+    bert = {"model_type": "bert", "hidden_size": 8, "max_position_embeddings": 16, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "vocab_size": 11, "intermediate_size": 32}
+    assert shape_from_config("b", {**bert, "hidden_act": "gelu"}).family == "bert"
+    with pytest.raises(WeightsError, match='hidden_act "relu" is not implemented'):
+        shape_from_config("b", {**bert, "hidden_act": "relu"})

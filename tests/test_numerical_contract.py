@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyses.engine.cache import COMMON, Cache, result_outputs
+from analyses.engine.cache import COMMON, Cache, Outputs, result_outputs
 from analyses.engine.results import (
     COUNT_SHARE,
     EXACT,
@@ -140,3 +140,141 @@ def test_a_format_loses_only_the_decimals_the_accuracy_does_not_fix():
     assert stable_format(0.12345, ".4f", loose) == ".3f"  # 0.12345 ± 1.2e-6 straddles the fourth decimal
     assert stable_format(0.05, ".1%", Accuracy(abs=1e-3, basis="test")) == ".0%"
     assert stable_format(0.30, "sci2", loose) == "sci2"  # only fixed-point and percent formats are shortened
+
+
+# ---- the perturbation check: declared accuracies proved at rounding level, not only by the kernels at hand ----
+
+def test_a_perturbation_moves_each_input_by_at_most_delta_and_keeps_the_draws():
+    from analyses.engine.verify import Perturbation
+    from analyses.toolkit import forward
+
+    perturbation = Perturbation()
+    assert perturbation.delta(np.float64) == pytest.approx(1.137e-13, rel=1e-3)  # 2^10 unit roundoffs
+    assert perturbation.delta(np.float32) == pytest.approx(6.10e-5, rel=1e-3)
+    x = np.linspace(1, 2, 1000)
+    moved = perturbation.apply(x, np.float64, perturbation.stream("x"))
+    change = np.abs(moved / x - 1)
+    assert 0 < change.max() <= perturbation.delta(np.float64) * (1 + 1e-3) and change.mean() > 1e-14
+    inputs = perturbation.tensors({"W": x.astype(np.float32), "ids": np.arange(3)})
+    assert inputs["W"] is inputs["W"] and inputs["W"].dtype == np.float64  # one perturbation per name
+    assert not np.array_equal(inputs["W"], x.astype(np.float32)) and np.array_equal(inputs["ids"], np.arange(3))
+    as_analyses_module = {"__name__": "analyses.probe", "np": np}  # the draws of the analyses' own modules move
+    exec("def generator(seed):\n    return np.random.default_rng(seed)", as_analyses_module)
+    with perturbation.draws_and_passes():
+        assert type(np.random.default_rng(5)) is np.random.Generator  # a library's own draws do not
+        rng = as_analyses_module["generator"](5)
+        normal, integers = rng.standard_normal(100), rng.integers(0, 1000, 10)
+        weights32 = forward.in_precision(np.ones(50, dtype=np.float32), np.float32)
+        weights64 = forward.in_precision(np.ones(50, dtype=np.float32), np.float64)
+    reference = np.random.default_rng(5)
+    expected_normal, expected_integers = reference.standard_normal(100), reference.integers(0, 1000, 10)
+    assert np.array_equal(integers, expected_integers)  # the same stream: only the floats move
+    assert 0 < np.abs(normal / expected_normal - 1).max() <= perturbation.delta(np.float64) * 1.001
+    assert 0 < np.abs(weights32 - 1).max() <= perturbation.delta(np.float32) * 1.001
+    assert np.array_equal(weights64, np.ones(50))  # float64 passes take their perturbation from the inputs
+    assert np.random.default_rng(5).standard_normal() == expected_normal[0]  # restored on leaving
+
+
+def _gram_log_volume(tensors, shape, *, accuracy: Accuracy) -> Result:
+    """log det of a near-singular matrix's Gram spectrum: its smallest eigenvalue errs by about ε·κ² relative."""
+    A = np.asarray(tensors["A"], dtype=np.float64)
+    eigenvalues = np.linalg.eigvalsh(A.T @ A)
+    return Result({"log_volume": Number(0.5 * float(np.log(eigenvalues).sum()), ".1f", "log-volume", accuracy)})
+
+
+def _ill_conditioned(n: int = 40, condition: float = 1e5) -> np.ndarray:
+    rng = np.random.default_rng(3)
+    U, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    V, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    return (U * np.geomspace(1, 1 / condition, n)) @ V.T
+
+
+@pytest.mark.parametrize("accuracy, holds", [(FLOAT64, False), (Accuracy(rel=1e-5, basis="ε·κ²"), True)])
+def test_the_perturbation_check_refuses_an_accuracy_tighter_than_the_computation_supports(tmp_path, accuracy, holds):
+    """A Gram log-volume at κ = 1e5 moves by about ε·κ² = 1e-6 relative under a perturbation at rounding level:
+    1e-9 declared fails the check (the change is more than a tenth of it), ε·κ² passes."""
+    from types import SimpleNamespace
+
+    from analyses.engine.registry import Analysis
+    from analyses.engine.verify import Perturbation, check
+
+    A = _ill_conditioned()
+    analysis = Analysis("toy", "toy", _gram_log_volume, params={"accuracy": accuracy})
+    cache = Cache(tmp_path / "cache", tmp_path / "_variables.yml")
+    manifest = {"analysis": "toy", "scope": "m", "status": "ok", "input": {"code": "toy"}}
+    cache.write("m", "toy", manifest, result_outputs(analysis.run({"A": A}, None), {}, {}))
+    source = SimpleNamespace(tensors={"A": A}, shape=None, missing=lambda needs: [])
+    job = SimpleNamespace(scope="m", analysis=analysis, source=source, needs=())
+    assert check(job, cache)[0].problems == []  # unperturbed, the same bytes
+    comparison, _ = check(job, cache, Perturbation())
+    assert comparison.ratios["log_volume"] > 0
+    assert (comparison.problems == []) == holds, comparison.problems
+
+
+def test_core_types_are_chosen_from_the_processor_flags(monkeypatch):
+    from analyses.engine import verify
+
+    monkeypatch.setattr(verify.platform, "machine", lambda: "x86_64")
+    verify.core_types.cache_clear()
+    monkeypatch.setattr(verify, "_cpu_flags", lambda: {"pni", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma"})
+    monkeypatch.setattr(verify, "_kernel_under", lambda name: {"Prescott": "Katmai", "Core2": "Katmai", "Penryn": "Katmai",
+                                                               "Zen": "Haswell"}.get(name, name))
+    ran, skipped = verify.core_types()
+    assert list(ran) == ["Prescott", "Nehalem", "Sandybridge", "Haswell"]
+    assert "avx512f" in skipped["SkylakeX"] and "fma4" in skipped["Bulldozer"] and "sse4a" in skipped["Barcelona"]
+    assert skipped["Zen"] == "runs the Haswell kernel, already tried as Haswell"
+    assert skipped["Core2"] == "runs the Katmai kernel, already tried as Prescott"
+    monkeypatch.setattr(verify.platform, "machine", lambda: "arm64")
+    verify.core_types.cache_clear()
+    assert verify.core_types() == ({}, {"all": "OpenBLAS core types are chosen by name on x86-64 only (this is arm64)"})
+    verify.core_types.cache_clear()
+
+
+def test_a_hand_edited_table_that_the_book_includes_is_not_reproduced(tmp_path):
+    """The .md a chapter includes is compared with the recomputed table's, not only its manifest's hash: an edited
+    cell there, with the .csv untouched, is found (issue 34: a resealed manifest hid it)."""
+    entry = _entry(tmp_path, _toy())
+    markdown = entry / "t.md"
+    markdown.write_text(markdown.read_text().replace("1.50", "1.60"))
+    assert compare(entry, _toy()) == ["table t: the included t.md differs from the recomputed table's"]
+
+
+def _resealed(cache: Cache, scope: str, name: str, edit) -> None:
+    """Edit an entry's files and write it back as the engine does (each output's sha256 and the manifest's seal
+    recomputed), so that only a comparison with a recomputation can tell."""
+    entry = cache.entry(scope, name)
+    manifest = json.loads((entry / "manifest.json").read_text())
+    files = {f: (entry / f).read_bytes() for f in manifest["outputs"]}
+    edit(manifest, files)
+    manifest = {k: v for k, v in manifest.items() if k not in ("outputs", "seal")}
+    cache.write(scope, name, manifest, Outputs(files))
+
+
+def test_a_hand_edited_status_note_or_skip_reason_is_not_reproduced(tmp_path, tiny_checkpoint, monkeypatch):
+    """The notes the book includes (status.md: empty, or the line saying why an analysis was skipped) are compared
+    with what the manifest and today's inputs give: an edit resealed into the manifest is still found (issue 34)."""
+    from analyses.engine.fingerprints import input_fingerprint, library_versions
+    from analyses.engine.pipeline import Job, run
+    from analyses.engine.registry import Analysis
+    from analyses.engine.sources import local_source
+    from analyses.engine.verify import check
+
+    monkeypatch.setattr(Job, "inputs", lambda self: input_fingerprint(self.source.fingerprint, "c" * 64, {},
+                                                                      library_versions()))
+    source = local_source("tiny-gpt2", tiny_checkpoint)
+    computed = Job(Analysis("norm", "Norm", lambda tensors, shape: Result(
+        {"n": Number(float(np.linalg.norm(tensors["W_pos"])), ".3f", "norm")})), "tiny_gpt2", source)
+    skipped = Job(Analysis("tokens", "Tokens", lambda tensors, shape: Result(), needs=("W_E",)), "tiny_gpt2", source)
+    cache = Cache(tmp_path / "cache", tmp_path / "_variables.yml")
+    run([computed, skipped], cache, progress=False)
+    assert check(computed, cache)[0].problems == [] and check(skipped, cache)[0].problems == []
+
+    _resealed(cache, "tiny_gpt2", "norm", lambda m, files: files.update({"status.md": b"*Computed elsewhere.*\n"}))
+    assert check(computed, cache)[0].problems == ["the included status.md differs from the note its manifest gives"]
+
+    reason = cache.manifest("tiny_gpt2", "tokens")["reason"]
+    _resealed(cache, "tiny_gpt2", "tokens", lambda manifest, files: manifest.update(reason="Not needed."))
+    assert check(skipped, cache)[0].problems[0].startswith("the cached reason for the skip differs from today's")
+    _resealed(cache, "tiny_gpt2", "tokens", lambda manifest, files: (manifest.update(reason=reason),
+                                                                     files.update({"status.md": b"*Computed.*\n"})))
+    assert check(skipped, cache)[0].problems == ["the included status.md differs from the note its manifest gives"]

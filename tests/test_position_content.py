@@ -24,8 +24,8 @@ from analyses.position_content.token_subspaces import position_token_subspaces
 from analyses.toolkit.subspaces import random_basis
 
 D = 24
-OVERLAP = {"ks": (3, 6), "angle_ks": (3,), "capture_k": 3, "n_random": 20, "seed": 0, "agreement_tol": 1e-4,
-           "sparse_vectors": 3, "sparse_mass": 0.9}
+OVERLAP = {"ks": (3, 6), "angle_ks": (3,), "capture_k": 3, "capture_ks": (1, 3), "n_random": 20, "seed": 0,
+           "agreement_tol": 1e-4, "sparse_vectors": 3, "sparse_mass": 0.9, "width_share": 0.125}
 
 
 def shape(family="gpt2", d=D, n_layers=2, n_heads=2, n_ctx=40, d_vocab=50) -> ModelShape:
@@ -175,8 +175,8 @@ def test_derived_pca_gives_the_numbers_of_the_full_token_embeddings(tmp_path, ti
     np.save(directory / "derived" / "wte_pca500_a.npy", T)
     np.save(directory / "derived" / "wte_pca500_b.npy", T)
     derived = local_source("tiny-gpt2", directory)
-    params = {"ks": (2, 4), "angle_ks": (2,), "capture_k": 2, "n_random": 10, "seed": 0, "agreement_tol": 1e-4,
-              "sparse_vectors": 2, "sparse_mass": 0.9}
+    params = {"ks": (2, 4), "angle_ks": (2,), "capture_k": 2, "capture_ks": (2,), "n_random": 10, "seed": 0,
+              "agreement_tol": 1e-4, "sparse_vectors": 2, "sparse_mass": 0.9, "width_share": 0.1}
     a = position_token_subspaces(full.tensors, full.shape, **params)
     b = position_token_subspaces(derived.tensors, derived.shape, **params)
     for key in ("energy_k2", "energy_k4", "angle_min_k2", "cos2_k2", "z_k4"):
@@ -315,10 +315,13 @@ def test_energy_weighted_reading_of_planted_maps():
     for key in ("k", "v", "o"):
         assert n[f"l0_{key}_p"] == pytest.approx(0, abs=1e-12)
         assert n[f"l0_{key}_e"] == pytest.approx(d * S2[:2].sum() / S2.sum() / 2)
+        assert n[f"l0_{key}_e_wo1"] == pytest.approx(d * S2[1] / S2[1:].sum() / 2)  # E's first direction left out
     # E_c misses d − 1 − (d − 3) = 2 directions, P's plane, each with σ² ≤ σ_min²: W_Q, which reads only that
     # plane, reads E at 0 if they are empty and at most d σ_min² / ΣS² if they are full
     assert n["l0_q_e_lo"] == pytest.approx(0, abs=1e-12)
     assert n["l0_q_e_hi"] == pytest.approx(d * S2[-1] / S2.sum())
+    assert n["l0_q_e_wo1_hi"] == pytest.approx(d * S2[-1] / S2[1:].sum())  # the same bound, E's first left out
+    assert n["l0_k_e_wo1_lo"] == pytest.approx(d * S2[1] / 2 / (S2[1:].sum() + 2 * S2[-1]))
     assert n["n_layers_p_over_e_q"] == 2 and n["n_layers_p_over_e_k"] == 0
     assert result.tables["layer0"].rows[3][2] == pytest.approx(n["l0_q_p"])
 
@@ -367,8 +370,9 @@ def test_mlp_reads_planted_token_subspace_through_the_right_gain():
 
 
 def _small(name: str):
-    params = {"position_token_subspaces": {"ks": (2, 4), "angle_ks": (2,), "capture_k": 2, "n_random": 5, "seed": 0,
-                                           "agreement_tol": 1e-4, "sparse_vectors": 2, "sparse_mass": 0.9},
+    params = {"position_token_subspaces": {"ks": (2, 4), "angle_ks": (2,), "capture_k": 2, "capture_ks": (2,),
+                                           "n_random": 5, "seed": 0, "agreement_tol": 1e-4, "sparse_vectors": 2,
+                                           "sparse_mass": 0.9, "width_share": 0.1},
               "attention_energy_reading": {},
               "token_position_sum": {"n_pairs": 50, "seed": 0, "ks": (2,)},
               "attention_position_content": {"ks": (2, 4), "primary_k": 2, "strong": 1.5},
@@ -421,3 +425,129 @@ def test_real_gpt2_offline_splits_into_what_it_can_and_cannot_compute(gpt2_weigh
     assert missing == {"position_token_subspaces": [], "token_position_sum": ["W_E"],
                        "attention_position_content": [], "attention_energy_reading": [],
                        "mlp_position_content": ["blocks.*.mlp.W_in"]}
+
+
+def test_data_and_methods_says_what_gpt2s_e_is_where_it_first_appears():
+    """Issue 37, item 8: GPT-2's E is a published rank-500 PCA, not W_E; the chapter that introduces the data must
+    say so (source, per-token centring, the exact range, what cannot be checked) and not claim 'no substitutes'."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "report" / "data-and-methods.qmd").read_text()
+    assert "never run on substitutes" not in text
+    for needed in ("{#sec-data-token-pca}", "permanentmercy/CALF_POWERED_BY_BUG", "wwy-1208/TMT",
+                   "each token's mean over its dimensions", "replicate_exact_k", "cannot be checked offline"):
+        assert needed in text, needed
+    assert text.index("{#sec-data-token-pca}") < text.index("## How the weights were verified")
+
+
+def test_the_verdicts_without_e_s_first_direction_remove_exactly_its_part():
+    """P on dimensions 0, 1, 2; E_c's first direction e_0 (inside P's dimensions) with σ₁ large, the others e_3..:
+    with v₁ E_c's energy sits in P's dimensions far above their share, without it none does, and the capture of
+    v₁ = e_0 by P's top-k subspace is 1 for every k that includes P's direction e_0 (ratio D/k), 0 before."""
+    rng = np.random.default_rng(7)
+    P = np.linalg.qr(rng.standard_normal((40, 3)))[0] * [3.0, 2.0, 1.0] @ np.eye(D)[:3]
+    V = np.eye(D)[:, [0, *range(3, D - 1)]]
+    S = np.concatenate([[20.0], np.linspace(5, 1, V.shape[1] - 1)])
+    result = position_token_subspaces(Given({"W_pos": P, "E_centred.S": S, "E_centred.V": V}), shape(), **OVERLAP)
+    n = values(result)
+    assert n["sparse_union"] == 3
+    assert n["sparse_e_energy"] == pytest.approx(S[0] ** 2 / np.sum(S**2))
+    assert n["sparse_e_ratio"] == pytest.approx(S[0] ** 2 / np.sum(S**2) / (3 / D))
+    assert n["sparse_e_energy_wo1"] == pytest.approx(0, abs=1e-15) and n["sparse_e_ratio_wo1"] == pytest.approx(0)
+    missing = (D - 1 - V.shape[1]) * S[-1] ** 2  # e_1 and e_2 are missing: at most this energy, possibly in P's
+    assert n["sparse_e_energy_wo1_lo"] == pytest.approx(0, abs=1e-15)
+    assert n["sparse_e_energy_wo1_hi"] == pytest.approx(missing / (np.sum(S[1:] ** 2) + missing))
+    cut = values(position_token_subspaces(Given({"W_pos": P, "E_centred.S": S[:10], "E_centred.V": V[:, :10]}),
+                                          shape(), **OVERLAP))
+    m = (D - 1 - 10) * S[9] ** 2  # the missing directions' largest energy, all of it possibly in P's dimensions
+    assert cut["sparse_e_energy_wo1_hi"] == pytest.approx(m / (np.sum(S[1:10] ** 2) + m))
+    assert n["c1_ratio_k1"] == pytest.approx(D) and n["c1_ratio_k3"] == pytest.approx(D / 3)
+    assert n["c1_weighted"] == pytest.approx(D * 9 / 14)  # ‖P e_0‖²/‖P‖² = 9/(9 + 4 + 1)
+    assert n["e1_over_e2"] == pytest.approx(4.0) and n["e1_share"] == pytest.approx(400 / np.sum(S**2))
+    # P's energy in E's directions 2..k: none (they avoid P's dimensions), against (k − 1)/D
+    assert n["ratio_wo1_k3"] == pytest.approx(0, abs=1e-12) and n["ratio_k3"] == pytest.approx(9 / 14 / (3 / D))
+    assert result.tables["first_capture"].column("P's top k") == [1, 3]
+
+
+def test_the_first_centred_token_direction_is_the_mean_token_when_that_is_large():
+    """E = noise + 1 c + ... : each token's own mean is subtracted, not the mean token, so a common vector c
+    (centred over dimensions) stays in E_c and becomes its first direction; its share of ‖E_c‖² is T‖c̄‖²/‖E_c‖²."""
+    from analyses.position_content.token_subspaces import token_mean_direction
+    from analyses.toolkit.linalg import centred_token_svd
+
+    rng = np.random.default_rng(8)
+    c = rng.standard_normal(D) * 3
+    E = rng.standard_normal((400, D)) * 0.5 + c
+    _, V = centred_token_svd(E)
+    n = values(token_mean_direction(Given({"W_E": E, "E_centred.V": V}), shape()))
+    assert n["v1_mean_cos"] > 0.99
+    centred = E - E.mean(axis=1, keepdims=True)
+    assert n["mean_token_share"] == pytest.approx(400 * np.sum(centred.mean(axis=0) ** 2) / np.sum(centred**2))
+    assert n["mean_token_share"] > 0.8
+    # without the common vector, the first direction has nothing to do with the (near-zero) mean row
+    E0 = rng.standard_normal((400, D)) * np.linspace(3, 1, D)
+    _, V0 = centred_token_svd(E0)
+    assert values(token_mean_direction(Given({"W_E": E0, "E_centred.V": V0}), shape()))[
+        "mean_token_share"] < 0.01
+
+
+ONE_DIRECTION = {  # a cited verdict that E_c's first direction decides → what must be cited beside it
+    ("var gpt2.position_token_subspaces.capture_1_ratio >", "var gpt2.position_token_subspaces.c1_ratio_k30 >"):
+        ("var gpt2.position_token_subspaces.c1_ratio_k3 >", "var gpt2.position_token_subspaces.c1_weighted >"),
+    ("var gpt2.position_token_subspaces.sparse_e_ratio >", "var gpt2.position_token_subspaces.sparse_e_energy >"):
+        ("var gpt2.position_token_subspaces.sparse_e_ratio_wo1 >",
+         "var gpt2.position_token_subspaces.sparse_e_energy_wo1 >"),
+    ("var gpt2.attention_energy_reading.l0_o_e >",): ("var gpt2.attention_energy_reading.l0_o_e_wo1 >",),
+    ("var gpt2.position_token_subspaces.angle_min_k30 >",): ("var gpt2.position_token_subspaces.angle_min_wo1_k30 >",),
+}
+RETRACTED = ("GPT-2 does not keep position and content in disjoint places", "corrected: more than their share",
+             "are therefore not disjoint", "confirmed, for the first direction", "Keys and $W_O$ serve both",
+             "keys and $W_O$ serve both", "Under either reading the second half fails")
+
+
+def _units(text: str) -> list[str]:
+    """Paragraphs, and each row of a table on its own."""
+    out = []
+    for block in text.split("\n\n"):
+        out += block.splitlines() if block.lstrip().startswith("|") else [block]
+    return out
+
+
+@pytest.mark.parametrize("chapter", ("position-content.qmd", "claims.qmd", "growing-helix.qmd"))
+def test_a_verdict_that_one_direction_decides_is_cited_with_and_without_it(chapter):
+    """Issue 37, item 2: E_c's first direction (the mean token where E is whole) alone made 'not disjoint' and the
+    3.2× capture; wherever either is cited, the same paragraph or table row cites it without that direction (or
+    over P's k / energy-weighted), and the retracted verdicts do not come back."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "report" / chapter).read_text()
+    for wording in RETRACTED:
+        assert wording not in text, wording
+    for unit in _units(text):
+        for cited, beside in ONE_DIRECTION.items():
+            if any(key in unit for key in cited):
+                assert any(key in unit for key in beside), (chapter, unit[:100])
+
+
+def test_the_same_fraction_of_the_width_picks_k_by_width_and_matches_the_fixed_k():
+    """width_share 1/8 of D = 24 is k = 3: the same number as ratio_k3; another width gives another k."""
+    from analyses.toolkit.subspaces import width_k
+
+    rng = np.random.default_rng(9)
+    Q = random_basis(D, D, rng)
+    tensors = {"W_pos": planted_position(Q, rng) + 0.1 * rng.standard_normal((40, D)), **token_subspace(Q[:, 1:])}
+    n = values(position_token_subspaces(Given(tensors), shape(), **OVERLAP))
+    assert n["width_k"] == 3 and n["width_ratio"] == pytest.approx(n["ratio_k3"])
+    assert n["width_ratio_wo1"] == pytest.approx(n["ratio_wo1_k3"])
+    assert width_k(30 / 768, 768) == 30 and width_k(30 / 768, 128) == 5 and width_k(30 / 768, 384) == 15
+
+
+def test_the_smallest_angle_without_e_s_first_direction_skips_exactly_that_direction():
+    """P in span(e_0, e_1, e_2); E's directions e_0 then e_5, e_6, …: with v₁ = e_0 the smallest angle is 0, without
+    it (E's directions 2..k+1, all outside P's span) it is a right angle."""
+    rng = np.random.default_rng(11)
+    P = np.linalg.qr(rng.standard_normal((40, 3)))[0] * [3.0, 2.0, 1.0] @ np.eye(D)[:3]
+    V = np.eye(D)[:, [0, *range(5, D)]]
+    n = values(position_token_subspaces(Given({"W_pos": P, **token_subspace(V)}), shape(), **OVERLAP))
+    assert n["angle_min_k3"] == pytest.approx(0, abs=1e-6)
+    assert n["angle_min_wo1_k3"] == pytest.approx(90, abs=1e-9)

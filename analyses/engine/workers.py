@@ -9,7 +9,10 @@ wall time, CPU time and the child's peak resident memory (from wait4).
 
 An exception in a child is sent back and raised again in the parent, with the child's traceback
 as a note; an interrupt (Ctrl-C reaches the whole process group) stops every child, and each
-child's own cleanup leaves the cache as it was. A child never returns into the parent's code
+child's own cleanup leaves the cache as it was (a child stopped alone, by a SIGINT or SIGTERM
+sent to it only, is an interrupt of the run too, whose `worker` names its job). A child that ends
+without a result (killed by a signal, such as the out-of-memory killer's SIGKILL or a crash's
+SIGSEGV) is a `WorkerDied` naming its job and the signal. A child never returns into the parent's code
 (signals are blocked across the fork and every way out of the child ends in `os._exit`), so
 only the parent runs the run's cleanup and releases its lock; on Linux each child also asks
 the kernel for SIGTERM when its parent dies, so no worker outlives a killed run.
@@ -35,6 +38,10 @@ STOPS = {signal.SIGINT, signal.SIGTERM}
 PR_SET_PDEATHSIG = 1
 
 
+class WorkerDied(RuntimeError):
+    """A child that ended without a result: killed by a signal (SIGKILL, SIGSEGV, …) or exited early."""
+
+
 @dataclass(frozen=True)
 class Measure:
     """What one job cost: wall seconds, CPU seconds (user + system) and peak resident memory in MB."""
@@ -45,11 +52,12 @@ class Measure:
 
 
 @contextmanager
-def single_blas_thread():
-    """Limit BLAS (and OpenMP) to one thread: identical floating-point results however jobs are scheduled."""
+def blas_threads(threads: int = BLAS_THREADS):
+    """Limit BLAS (and OpenMP) to `threads` threads; runs use one: identical floating-point results however jobs
+    are scheduled (a check of the numerical contract recomputes with more, which sum in another order)."""
     from threadpoolctl import threadpool_limits
 
-    with threadpool_limits(limits=BLAS_THREADS):
+    with threadpool_limits(limits=threads):
         yield
 
 
@@ -59,17 +67,18 @@ def cores() -> int:
 
 
 def run_all(tasks: Iterable[tuple[str, Callable[[], object]]], jobs: int,
-            on_done: Callable[[str, object, Measure], None], prelude: Callable[[], None] | None = None) -> None:
+            on_done: Callable[[str, object, Measure], None], prelude: Callable[[], None] | None = None,
+            threads: int = BLAS_THREADS) -> None:
     """Run each (label, task) in its own forked child, at most `jobs` at once, in the given order;
     `on_done(label, value, measure)` is called in the parent as each one finishes.
 
     `prelude`, if given, runs in the parent once the first child has started (beside it, on another core):
-    whatever it loads is inherited by every later child."""
+    whatever it loads is inherited by every later child. Each child computes with `threads` BLAS threads."""
     queue = list(tasks)
     running: dict[int, tuple[str, int, float]] = {}  # pid -> (label, read end of its pipe, start)
     # The limit is set once, here, and every child inherits it with the library's state at fork: no child
     # spends its own CPU time finding the BLAS libraries.
-    with single_blas_thread():
+    with blas_threads(threads):
         _schedule(queue, running, jobs, on_done, prelude)
 
 
@@ -153,8 +162,10 @@ def _collect(running: dict[int, tuple[str, int, float]], on_done) -> None:
         _, status, usage = os.wait4(pid, 0)
         measure = Measure(time.perf_counter() - start, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
         if not payload:
-            raise RuntimeError(f"{label}: the worker process died ({_describe(status)}) without a result")
+            raise WorkerDied(f"{label}: its worker died ({_describe(status)}) without a result")
         ok, value, child_traceback = pickle.loads(payload)
+        if not ok and isinstance(value, KeyboardInterrupt):  # SIGINT or SIGTERM reached this child alone
+            value.worker = label
         if not ok:
             if child_traceback and hasattr(value, "add_note"):
                 value.add_note(f"in the worker that ran {label}:\n{child_traceback}")
@@ -173,5 +184,7 @@ def _stop(pid: int, fd: int) -> None:
 
 def _describe(status: int) -> str:
     if os.WIFSIGNALED(status):
-        return f"signal {os.WTERMSIG(status)}"
+        number = os.WTERMSIG(status)
+        name = signal.Signals(number).name if number in signal.valid_signals() else f"signal {number}"
+        return f"killed by {name}" + (", as the out-of-memory killer does" if number == signal.SIGKILL else "")
     return f"exit code {os.waitstatus_to_exitcode(status)}"

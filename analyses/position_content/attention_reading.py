@@ -106,22 +106,25 @@ register(
 
 def energy_grams(tensors: Mapping[str, np.ndarray], shape: ModelShape) -> dict[str, np.ndarray]:
     """X_cᵀX_c for X = P and E, with X_c = X less each row's mean (what a LayerNorm passes on): P's in full;
-    E's as V S² Vᵀ from its available directions (all of them when W_E is present)."""
+    E's as V S² Vᵀ from its available directions (all of them when W_E is present), and E's without its first
+    direction (`E_wo1`), which the per-token centring leaves to carry the mean token."""
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
     P_c = P - P.mean(axis=1, keepdims=True)
     S, V = np.asarray(tensors["E_centred.S"], dtype=np.float64), np.asarray(tensors["E_centred.V"], dtype=np.float64)
-    return {"P": P_c.T @ P_c, "E": (V * S**2) @ V.T}
+    return {"P": P_c.T @ P_c, "E": (V * S**2) @ V.T, "E_wo1": (V[:, 1:] * S[1:] ** 2) @ V[:, 1:].T}
 
 
-def missing_energy_bounds(S: np.ndarray, V: np.ndarray, B: np.ndarray, D: int) -> tuple[float, float]:
-    """Bounds on r = D tr(A B) / (tr A tr B) for E_c's full A when only its top directions (S, V) are known.
+def missing_energy_bounds(S: np.ndarray, V: np.ndarray, B: np.ndarray, D: int, skip: int = 0) -> tuple[float, float]:
+    """Bounds on r = D tr(A B) / (tr A tr B) for E_c's full A when only its top directions (S, V) are known; with
+    `skip`, for A without its first `skip` directions (left out on purpose, not missing).
 
     The D − 1 − k missing directions (E_c lacks the all-ones one) each hold σ² ≤ σ_k², so the missing energy m
     lies in [0, (D − 1 − k) σ_k²] and adds at most σ_k² tr(Π B) to tr(A B), Π projecting onto the complement
     of V and of the all-ones vector: r ≥ D t / ((T + m_max) tr B) and r ≤ D (t + σ_k² tr(Π B)) / (T tr B).
     """
     S, V, B = (np.asarray(x, dtype=np.float64) for x in (S, V, B))
-    t, T, tr_B = float(np.sum(((V * S**2) @ V.T) * B)), float(np.sum(S**2)), float(np.trace(B))
+    kept_S, kept_V = S[skip:], V[:, skip:]
+    t, T, tr_B = float(np.sum(((kept_V * kept_S**2) @ kept_V.T) * B)), float(np.sum(kept_S**2)), float(np.trace(B))
     n_missing = D - 1 - V.shape[1]
     if n_missing <= 0:
         return D * t / (T * tr_B), D * t / (T * tr_B)
@@ -142,8 +145,9 @@ def attention_energy_reading(tensors: ModelInputs, shape: ModelShape) -> Result:
     replicate = tensors.replicate_token_subspace()
     gram_b = (np.asarray(replicate[1], dtype=np.float64) * np.asarray(replicate[0], dtype=np.float64) ** 2) @ \
         np.asarray(replicate[1], dtype=np.float64).T if replicate is not None else None
-    # [layer, column, (r_P, sd_P, r_E, sd_E, r_E lower bound, r_E upper bound, r_E second run)]
-    stats = np.zeros((L, len(VARIANTS), 7))
+    # [layer, column, (r_P, sd_P, r_E, sd_E, r_E lower bound, r_E upper bound, r_E second run, r_E without v₁,
+    #  its sd, its lower and upper bounds)]
+    stats = np.zeros((L, len(VARIANTS), 11))
     for layer in range(L):
         gain = input_gain(tensors, shape, layer)
         for c, (kind, variant) in enumerate(VARIANTS):
@@ -153,7 +157,8 @@ def attention_energy_reading(tensors: ModelInputs, shape: ModelShape) -> Result:
             r_e, sd_e = trace_ratio(grams["E"], B)
             lo, hi = missing_energy_bounds(S_E, V_E, B, D)
             r_b = trace_ratio(gram_b, B)[0] if gram_b is not None else r_e
-            stats[layer, c] = (r_p, sd_p, r_e, sd_e, lo, hi, r_b)
+            stats[layer, c] = (r_p, sd_p, r_e, sd_e, lo, hi, r_b, *trace_ratio(grams["E_wo1"], B),
+                               *missing_energy_bounds(S_E, V_E, B, D, skip=1))
     labels = [column_label(*v) for v in VARIANTS]
     numbers = {"token_subspace_origin": Text(tensors.origin("E_centred.V"), "where E's directions come from"),
                "k_available": Number(V_E.shape[1], "d", "directions of E_c available"),
@@ -175,6 +180,11 @@ def attention_energy_reading(tensors: ModelInputs, shape: ModelShape) -> Result:
                 numbers[f"later_{key}_{name}_median"] = Number(
                     float(np.median(stats[1:, c, r])), ".2f", f"median over layers ≥ 1 of {labels[c]}'s r_{name.upper()}")
         numbers[f"l0_{key}_e_lo"] = Number(stats[0, c, 4], ".2f", f"layer 0, {labels[c]}: lower bound of r_E")
+        numbers[f"l0_{key}_e_wo1"] = Number(stats[0, c, 7], ".2f",
+                                            f"layer 0, {labels[c]}: r_E without E_c's first direction")
+        numbers[f"l0_{key}_e_wo1_sd"] = Number(stats[0, c, 8], ".2f", f"layer 0, {labels[c]}: its sd over rotations")
+        numbers[f"l0_{key}_e_wo1_lo"] = Number(stats[0, c, 9], ".2f", f"layer 0, {labels[c]}: its lower bound")
+        numbers[f"l0_{key}_e_wo1_hi"] = Number(stats[0, c, 10], ".2f", f"layer 0, {labels[c]}: its upper bound")
         numbers[f"l0_{key}_e_hi"] = Number(stats[0, c, 5], ".2f", f"layer 0, {labels[c]}: upper bound of r_E")
         numbers[f"n_layers_p_over_e_{key}"] = Number(int(np.sum(stats[:, c, 0] > stats[:, c, 5])), "d",
                                                      f"layers where {labels[c]}'s r_P exceeds r_E's upper bound")

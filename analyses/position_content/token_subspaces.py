@@ -1,5 +1,6 @@
 """Overlap of the position and token subspaces: P's energy in E's top-k subspace, principal angles, Simon's
-capture, and E's energy where P's sparse directions live."""
+capture, and E's energy where P's sparse directions live; each verdict also without E_c's first direction, which
+the per-token centring leaves to carry the mean token (`token_mean_direction` measures that where W_E is whole)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ from analyses.position_content.measures import BAND, random_capture_sd, usable_k
 from analyses.toolkit import plotting
 from analyses.toolkit.linalg import support_union, top_right_singular_vectors
 from analyses.toolkit.subspaces import (captured, energy_fraction, prefix_overlaps, principal_angles, random_basis,
-                                        random_energy_moments, sampled_energy_fractions, trace_ratio)
+                                        random_energy_moments, sampled_energy_fractions, trace_ratio, width_k)
 
 
 def position_token_subspaces(tensors: ModelInputs, shape: ModelShape, *, ks: tuple[int, ...],
-                             angle_ks: tuple[int, ...], capture_k: int, n_random: int, seed: int,
-                             agreement_tol: float, sparse_vectors: int, sparse_mass: float) -> Result:
+                             angle_ks: tuple[int, ...], capture_k: int, capture_ks: tuple[int, ...], n_random: int,
+                             seed: int, agreement_tol: float, sparse_vectors: int, sparse_mass: float,
+                             width_share: float) -> Result:
     """P's energy in E's top-k subspace against random subspaces; principal angles; Simon's capture plot; E's
     energy in the dimensions that P's sparse top directions use."""
     D = shape.d_model
@@ -34,6 +36,9 @@ def position_token_subspaces(tensors: ModelInputs, shape: ModelShape, *, ks: tup
     angle_numbers, tables["angles"], angle_arrays = _angles(P, V_E, angle_ks, n_random, rng)
     capture_numbers, tables["blocks"], capture, capture_sd = _capture(P, S_E, V_E, ks, k_curve, capture_k, curve)
     numbers |= angle_numbers | capture_numbers | _sparse_columns(P, S_E, V_E, sparse_vectors, sparse_mass)
+    first_numbers, first_tables = _first_direction(P, S_E, V_E, ks, usable_ks(capture_ks, D - 1, D))
+    numbers |= first_numbers | _same_width(P, V_E, width_share)
+    tables |= first_tables
     arrays |= angle_arrays
     arrays |= {"capture": capture, "capture_sd": np.array(capture_sd), "capture_k": np.array(capture_k),
                "S_E": S_E, "S_P": np.linalg.svd(P, compute_uv=False), "rows_E": np.array(shape.d_vocab),
@@ -140,6 +145,8 @@ def _angles(P: np.ndarray, V_E: np.ndarray, angle_ks: tuple[int, ...], n_random:
     angle_rows = []
     for k in angle_ks:
         theta = np.degrees(principal_angles(B_P[:, :k], V_E[:, :k]))
+        # the same k-dimensional comparison with E's first direction left out: E's directions 2..k+1
+        theta_wo1 = np.degrees(principal_angles(B_P[:, :k], V_E[:, 1:k + 1])) if k < V_E.shape[1] else None
         arrays |= {f"angles_k{k}": theta, f"angles_lo_k{k}": np.percentile(angle_draws[k], BAND[0], axis=0),
                    f"angles_hi_k{k}": np.percentile(angle_draws[k], BAND[1], axis=0)}
         cos2, (mean, sd) = energy_fraction(B_P[:, :k], V_E[:, :k]), random_energy_moments(B_P[:, :k], k)
@@ -156,6 +163,9 @@ def _angles(P: np.ndarray, V_E: np.ndarray, angle_ks: tuple[int, ...], n_random:
                                               f"{BAND[0]:g}th percentile of that smallest angle over random {k}-subspaces",
                                               ANGLES),
             f"cos2_k{k}": Number(cos2, ".3f", f"mean cos² of the principal angles, k = {k}"),
+            **({} if theta_wo1 is None else {f"angle_min_wo1_k{k}": Number(
+                theta_wo1[0], ".1f", f"smallest principal angle (degrees) between P's top {k} and E's directions "
+                                     f"2..{k + 1}", ANGLES)}),
             f"cos2_ratio_k{k}": Number(cos2 / mean, ".2f", f"mean cos² over its random expectation k/D, k = {k}"),
             f"cos2_z_k{k}": Number((cos2 - mean) / sd, ".1f", f"z of the mean cos² against random {k}-subspaces"),
         }
@@ -259,6 +269,9 @@ def _sparse_columns(P: np.ndarray, S_E: np.ndarray, V_E: np.ndarray, sparse_vect
     mask = np.zeros(D)
     mask[union] = 1
     share_ratio, share_sd = trace_ratio(V_E * S_E**2 @ V_E.T, np.diag(mask))
+    # the same without E_c's first direction v₁ (its part σ₁² v₁v₁ᵀ of the energy removed)
+    without = column_energy - S_E[0] ** 2 * V_E[:, 0] ** 2
+    ratio_wo1, sd_wo1 = trace_ratio(V_E[:, 1:] * S_E[1:] ** 2 @ V_E[:, 1:].T, np.diag(mask))
     numbers |= {
         "sparse_union": Number(len(union), "d", f"dimensions in the union of the {sparse_mass:.0%} supports of P's "
                                                f"top {sparse_vectors} right singular vectors"),
@@ -273,11 +286,81 @@ def _sparse_columns(P: np.ndarray, S_E: np.ndarray, V_E: np.ndarray, sparse_vect
         "sparse_e_missing_max": Number(missing_max / (T_E + missing_max), ".1%",
                                        "largest share of E_c's energy its missing directions can hold"),
         "sparse_e_ratio": Number(share_ratio, ".2f", "E_c's available share there over the dimensions' share"),
+        "sparse_e_energy_wo1": Number(float(without[union].sum() / without.sum()), ".1%",
+                                      "the same share without E_c's first direction"),
+        "sparse_e_energy_wo1_lo": Number(float(without[union].sum() / (without.sum() + missing_max)), ".1%",
+                                         "its lower bound (all missing energy elsewhere)"),
+        "sparse_e_energy_wo1_hi": Number(float((without[union].sum() + missing_max) / (without.sum() + missing_max)),
+                                         ".1%", "its upper bound (all missing energy there)"),
+        "sparse_e_ratio_wo1": Number(ratio_wo1, ".2f", "that share over the dimensions' share"),
     }
     if share_sd > 0:  # zero when the columns are all of R^D
         numbers["sparse_e_z"] = Number((share_ratio - 1) / share_sd, ".1f",
                                        "z of that ratio against uniformly random rotations of E_c's available energy")
+        numbers["sparse_e_z_wo1"] = Number((ratio_wo1 - 1) / sd_wo1, ".1f", "the same without E_c's first direction")
+    else:
+        numbers["sparse_degenerate"] = Text("yes", "P's sparse directions use every dimension: the test cannot apply")
     return numbers
+
+
+def _same_width(P: np.ndarray, V_E: np.ndarray, width_share: float) -> dict:
+    """P's energy in E's top-k subspace over chance, with k the same fraction of the width in every model (GPT-2's
+    top 30 of 768 by default), with its exact z and without E's first direction."""
+    D = P.shape[1]
+    k = width_k(width_share, D)
+    a = float(np.sum((P @ V_E[:, :k]) ** 2) / np.sum(P**2))
+    mean, sd = random_energy_moments(P, k, "output")
+    numbers = {"width_k": Number(k, "d", f"k = {width_share:.4g} of the width"),
+               "width_share_of_d": Number(k / D, ".1%", "that k over D"),
+               "width_ratio": Number(a / mean, ".2f", "P's energy in E's top width_k over chance"),
+               "width_z": Number((a - mean) / sd, ".1f", "its z against random subspaces (exact sd)")}
+    if k > 1:
+        without = float(np.sum((P @ V_E[:, 1:k]) ** 2) / np.sum(P**2)) / ((k - 1) / D)
+        numbers["width_ratio_wo1"] = Number(without, ".2f", "the same without E's first direction, over (k − 1)/D")
+    return numbers
+
+
+def _first_direction(P: np.ndarray, S_E: np.ndarray, V_E: np.ndarray, ks: tuple[int, ...],
+                     capture_ks: tuple[int, ...]) -> tuple[dict, dict[str, Table]]:
+    """(numbers, tables): the P–E overlap verdicts that E_c's first direction v₁ can decide, with and without it.
+
+    v₁'s capture by P's top-k subspace for every k in `capture_ks` (against the Beta(k/2, (D − k)/2) law of a random
+    k-subspace), and energy-weighted, D‖P v₁‖²/‖P‖² (1 for a random direction, with its exact sd); P's energy in E's
+    directions 2..k over (k − 1)/D beside its energy in E's top k over k/D."""
+    from scipy.stats import beta as beta_law
+
+    D = P.shape[1]
+    v1 = V_E[:, 0]
+    numbers = {"e1_share": Number(float(S_E[0] ** 2 / np.sum(S_E**2)), ".0%",
+                                  "σ₁² over E_c's available energy (an upper bound where directions are missing)"),
+               "e1_over_e2": Number(float(S_E[0] / S_E[1]), ".1f", "σ₁ / σ₂ of E_c")}
+    capture_rows = []
+    for k in capture_ks:
+        basis = top_right_singular_vectors(P, k)
+        c1 = float(np.sum((v1 @ basis) ** 2))
+        p = float(beta_law.sf(c1, k / 2, (D - k) / 2))
+        p_energy = float(np.sum((P @ basis) ** 2) / np.sum(P**2))
+        numbers |= {f"c1_ratio_k{k}": Number(c1 / (k / D), ".1f", f"capture of v₁ by P's top {k}, over k/D"),
+                    f"c1_p_k{k}": Number(p, "sci0", f"one-sided p of that capture under the Beta law, k = {k}"),
+                    f"p_energy_k{k}": Number(p_energy, ".0%", f"share of ‖P‖² in P's top {k}")}
+        capture_rows.append((k, p_energy, c1, c1 / (k / D), p))
+    along = float(np.sum((P @ v1) ** 2) / np.sum(P**2))
+    sd = random_energy_moments(P, 1, "output")[1]
+    numbers |= {"c1_weighted": Number(along * D, ".1f", "D‖P v₁‖²/‖P‖²: P's energy along v₁ over a random direction's"),
+                "c1_weighted_z": Number((along - 1 / D) / sd, ".1f", "its z against random directions (exact sd)")}
+    energy_rows = []
+    for k in ks:
+        with_first = float(np.sum((P @ V_E[:, :k]) ** 2) / np.sum(P**2)) / (k / D)
+        without = float(np.sum((P @ V_E[:, 1:k]) ** 2) / np.sum(P**2)) / ((k - 1) / D)
+        numbers[f"ratio_wo1_k{k}"] = Number(without, ".2f", f"P's energy in E's directions 2..{k} over (k − 1)/D")
+        energy_rows.append((k, with_first, without))
+    tables = {"first_capture": Table(("P's top k", "share of P", "capture of v₁", "over chance k/D", "p (Beta law)"),
+                                     tuple(capture_rows), formats={"share of P": ".0%", "capture of v₁": ".3f",
+                                                                   "over chance k/D": ".1f", "p (Beta law)": "sci0"}),
+              "without_first": Table(("k", "P in E's top k, over k/D", "P in E's directions 2..k, over (k − 1)/D"),
+                                     tuple(energy_rows), formats={"P in E's top k, over k/D": ".2f",
+                                                                  "P in E's directions 2..k, over (k − 1)/D": ".2f"})}
+    return numbers, tables
 
 
 def plot_energy(result: Result, shape: ModelShape):
@@ -382,10 +465,33 @@ def plot_angles(result: Result, shape: ModelShape):
     return fig
 
 
+def token_mean_direction(tensors: ModelInputs, shape: ModelShape) -> Result:
+    """What E_c's first direction v₁ is, where the token rows are whole: E_c = E − m 1ᵀ subtracts each token's mean
+    over its dimensions, not the mean token ē, so the mean row of E_c (ē less its own mean) stays in E_c and, when it
+    is large, becomes v₁. Its |cosine| with v₁, the share of ‖E_c‖² the mean row carries (T‖ē_c‖²/‖E_c‖², what a
+    centring over tokens would remove); `position_token_subspaces` gives σ₁'s share of the spectrum."""
+    E = np.asarray(tensors["W_E"], dtype=np.float64)
+    centred = E - E.mean(axis=1, keepdims=True)
+    mean_row = centred.mean(axis=0)
+    V = np.asarray(tensors["E_centred.V"], dtype=np.float64)
+    return Result({
+        "v1_mean_cos": Number(float(abs(mean_row @ V[:, 0]) / np.linalg.norm(mean_row)), ".2f",
+                              "|cos| between E_c's first direction and its mean row (the mean token, centred)"),
+        "mean_token_share": Number(float(E.shape[0] * mean_row @ mean_row / np.sum(centred**2)), ".0%",
+                                   "share of ‖E_c‖²_F in the mean row: what centring over tokens removes"),
+    })
+
+
+register(
+    "token_mean_direction", "What the token embeddings' first centred direction is", token_mean_direction,
+    needs=("W_E", "E_centred.V"),
+)
+
 register(
     "position_token_subspaces", "Overlap of the position and token subspaces", position_token_subspaces,
     needs=("W_pos", *TOKEN_SUBSPACE),
     params={"ks": (10, 30, 100, 300, 500), "angle_ks": (10, 30, 100), "capture_k": 30, "n_random": 200, "seed": 0,
-            "agreement_tol": 1e-4, "sparse_vectors": 10, "sparse_mass": 0.9},  # the last two: sparse_directions' own
+            "agreement_tol": 1e-4, "sparse_vectors": 10, "sparse_mass": 0.9, "capture_ks": (3, 5, 10, 30),
+            "width_share": 30 / 768},  # GPT-2's top 30: the same fraction of every model's width  # the last two: sparse_directions' own
     figures={"energy": plot_energy, "spectra": plot_spectra, "capture": plot_capture, "angles": plot_angles},
 )

@@ -86,14 +86,20 @@ def gelu_erf(x: np.ndarray) -> np.ndarray:
     return y
 
 
+def in_precision(weights: np.ndarray, dtype) -> np.ndarray:
+    """`weights` in the pass's arithmetic precision: the one point where every weight enters a forward pass
+    (so that a check of the numerical contract can perturb float32 passes at float32's rounding level)."""
+    return np.asarray(weights, dtype=dtype)
+
+
 def _f64(tensors: Mapping[str, np.ndarray], name: str, dtype=np.float64) -> np.ndarray:
-    return np.asarray(tensors[name], dtype=dtype)
+    return in_precision(tensors[name], dtype)
 
 
 def token_rows(tensors: Mapping[str, np.ndarray], ids: np.ndarray, dtype=np.float64) -> np.ndarray:
     """e_{t} for every id (any shape of ids), float64 (or `dtype`), reading only those rows of W_E."""
     ids = np.asarray(ids)
-    return np.asarray(tensors["W_E"][ids.ravel()], dtype=dtype).reshape(*ids.shape, -1)
+    return in_precision(tensors["W_E"][ids.ravel()], dtype).reshape(*ids.shape, -1)
 
 
 def position_rows(tensors: Mapping[str, np.ndarray], n: int, dtype=np.float64) -> np.ndarray:

@@ -110,6 +110,12 @@ def random_energy_moments(W: np.ndarray, k, side: str = "input"):
     return mean / tr_m, sd / tr_m
 
 
+def width_k(width_share: float, D: int) -> int:
+    """The subspace dimension that takes `width_share` of a width-D space (at least 1), so that models of different
+    widths are compared at the same fraction of their width (GPT-2's top 30 of 768 is 5 of 128)."""
+    return max(1, round(width_share * D))
+
+
 def random_basis(D: int, k: int, rng: np.random.Generator) -> np.ndarray:
     """An orthonormal basis [D, k] of a uniformly random (Haar) k-dimensional subspace of R^D.
 

@@ -30,12 +30,12 @@ from pathlib import Path
 from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
 target = Path("report/_assets/plotly.min.js")
-js = get_plotlyjs()
-try:
-    if not target.is_file() or target.read_text(encoding="utf-8") != js:
+js = get_plotlyjs().encode("utf-8")
+try:  # compared as bytes: a damaged copy (not even UTF-8) is replaced like any other that differs
+    if not target.is_file() or target.read_bytes() != js:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(".tmp")
-        tmp.write_text(js, encoding="utf-8")
+        tmp.write_bytes(js)
         tmp.replace(target)
 except OSError as exc:
     raise SystemExit(f"pre-render: cannot write {target} ({exc.strerror or exc}); not rendering.")
