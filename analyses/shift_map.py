@@ -61,11 +61,11 @@ def shift_statistics(X: np.ndarray, ks: tuple[int, ...]) -> np.ndarray:
     return out
 
 
-def coordinate_sets(P: np.ndarray, ranks: tuple[int, ...]) -> list[np.ndarray]:
+def coordinate_sets(P: np.ndarray, ranks: tuple[int, ...], cap: int | None = None) -> list[np.ndarray]:
     """P's top-r principal coordinates for each r in `ranks`, then (the full space) all those whose singular value is
-    above RANK_TOLERANCE of the largest, from one SVD."""
+    above RANK_TOLERANCE of the largest, at most `cap` of them, from one SVD."""
     U, s, _ = np.linalg.svd(P - P.mean(axis=0), full_matrices=False)
-    full = int(np.sum(s > RANK_TOLERANCE * s[0]))
+    full = min(int(np.sum(s > RANK_TOLERANCE * s[0])), cap or len(s))
     return [U[:, :r] * s[:r] for r in (*ranks, full)]
 
 
@@ -76,13 +76,16 @@ def shift_map_analysis(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, 
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
     P = P[:len(P) - untrained_rows]
     n, d = P.shape
-    ks = tuple(k for k in ks if n - k > d + 1)  # the full-space fit needs more pairs than parameters per output
+    # The full-space fit needs more pairs than parameters per output; a table with fewer rows than that (GPT-1: 512
+    # positions of width 768) is fitted in its top n/2 principal coordinates instead.
+    cap = d if n - max(ks) > d + 1 else n // 2
+    ks = tuple(k for k in ks if n - k > cap + 1)
     rng = np.random.default_rng(seed)
     subspaces = (*ranks, None)
-    coordinates = {"learned": coordinate_sets(P, ranks),
-                   "sinusoidal": coordinate_sets(sinusoidal_table(n, d, sinusoid_base), ranks)}
+    coordinates = {"learned": coordinate_sets(P, ranks, cap),
+                   "sinusoidal": coordinate_sets(sinusoidal_table(n, d, sinusoid_base), ranks, cap)}
     stats = {name: np.stack([shift_statistics(X, ks) for X in sets]) for name, sets in coordinates.items()}
-    walks = np.stack([np.stack([shift_statistics(X, ks) for X in coordinate_sets(random_walks(n, d, rng), ranks)])
+    walks = np.stack([np.stack([shift_statistics(X, ks) for X in coordinate_sets(random_walks(n, d, rng), ranks, cap)])
                       for _ in range(n_walks)])
     stats["walks"] = walks.mean(axis=0)
     shown = (ks[0], ks[len(ks) // 2], ks[-1])

@@ -78,3 +78,14 @@ def test_the_chapter_readings_hold_in_the_cached_numbers():
         trained = {k: v["value"] for k, v in json.loads((cache / model / "shift_map" / "numbers.json").read_text()).items()}
         assert trained["learned_full_k1_affine"] < trained["walks_full_k1_affine"]
         assert trained["learned_full_k64_orthogonal"] > trained["walks_full_k64_orthogonal"]
+
+
+def test_a_table_wider_than_its_rows_is_fitted_in_half_as_many_coordinates():
+    """GPT-1's shape (fewer rows than width): no full-space fit has more pairs than parameters, so the "full"
+    coordinates are the top n/2 principal ones, for the table and its baselines alike."""
+    rng = np.random.default_rng(3)
+    P = np.cumsum(rng.standard_normal((31, 40)), axis=0)
+    shape = ModelShape("wide", "gpt2", 40, 31, 1, 1, 1, 1, "pre")
+    result = shift_map_analysis({"W_pos": P}, shape, ks=(1, 2, 4), ranks=(3,), untrained_rows=1, n_walks=2, seed=0,
+                                sinusoid_base=10000.0)
+    assert result.numbers["full_rank"].value == 15 and result.numbers["k_last"].value == 4

@@ -69,7 +69,8 @@ def local_centres(Z: np.ndarray, window: int, method: str = "mean") -> np.ndarra
     xx, xy, yy, sx, sy, xs, ys, ss = sums.T
     normal = np.stack([np.stack([4 * xx, 4 * xy, 2 * sx], -1), np.stack([4 * xy, 4 * yy, 2 * sy], -1),
                        np.stack([2 * sx, 2 * sy, np.full_like(sx, window)], -1)], -2)
-    solution = np.linalg.solve(normal, np.stack([2 * xs, 2 * ys, ss], -1)[..., None])[..., 0]
+    # pinv: a window of collinear points (a straight stretch) has no circle; it gets the least-norm solution
+    solution = (np.linalg.pinv(normal) @ np.stack([2 * xs, 2 * ys, ss], -1)[..., None])[..., 0]
     return Z.mean(axis=0) + solution[:, :2]
 
 
