@@ -104,6 +104,8 @@ def qk_rotation_null(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_
         "n_exceed": Number(len(exceeding), "d", "heads whose antisymmetric share exceeds their null (Holm)"),
         "heads_exceed": Text(spoken_list(str(h) for h in exceeding) if exceeding else "none",
                              "those heads"),
+        "heads_not_exceed": Text(spoken_list(str(h) for h in range(shape.n_heads) if not exceeds[h]) or "none",
+                                 "the other heads"),
     }
     for head in range(shape.n_heads):
         before, after = effects[head]
@@ -124,6 +126,7 @@ def qk_rotation_null(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_
     for k in other_sizes:
         k_shares, _, k_p, k_effects = frame_test(tensors, shape, k, n_frames, seed, min_query)
         k_exceeds = holm(k_p)
+        numbers[f"k{k}_n_exceed"] = Number(sum(k_exceeds), "d", f"heads exceeding their null on {k} directions")
         numbers[f"k{k}_heads_exceed"] = Text(spoken_list(str(h) for h in range(shape.n_heads) if k_exceeds[h]) or "none",
                                              f"heads exceeding their null (Holm) on frames of {k} directions")
         for head in range(shape.n_heads):

@@ -49,6 +49,11 @@ def test_the_chapter_readings_hold_in_the_cached_numbers():
         assert numbers[f"head{head}_mass_self_symmetric"] < 0.5 * numbers[f"head{head}_mass_self"]
         assert numbers[f"head{head}_distance_symmetric"] > 2 * numbers[f"head{head}_distance"]
     sizes = [int(k) for k in numbers["other_sizes"].replace(" and ", ", ").split(", ")]
+    local = json.loads((cache / "positional_attention" / "numbers.json").read_text())["heads_local_window"]["value"]
+    for k in sizes:  # "the local-window heads among them" at every other size; none of them at three directions
+        listed = numbers[f"k{k}_heads_exceed"].replace(" and ", ", ").split(", ")
+        assert set(local.replace(" and ", ", ").split(", ")) <= set(listed)
+        assert numbers[f"k{k}_n_exceed"] == len(listed)
     for k in sizes:  # the reading holds on frames of every size tried
         listed = numbers[f"k{k}_heads_exceed"].replace(" and ", ", ").split(", ")
         for head in [int(h) for h in current.replace(" and ", ", ").split(", ")]:
