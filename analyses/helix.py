@@ -7,12 +7,16 @@ Measured here:
 * each z_k(n) fitted by a sinusoid c + A cos(2πn/T + φ) (the FFT peak, refined by least
   squares over T with A, φ, c solved linearly), with R² = 1 − SS_res / SS_tot, on all
   positions and on the bulk (positions edge … n_ctx − edge − 1);
-* the phase θ(n) = unwrap(atan2(z_2, z_1)): turns = Δθ / 2π, radius r(n) = √(z_1² + z_2²),
-  and the pitch, the advance per turn of the one-turn running mean of (z_1, z_2, z_3), over the bulk;
+* the winding around the helix's own axis (`toolkit.helix_period`): θ(n) the unwrapped angle of (z_1, z_2)
+  around the mean of (z_1, z_2) over one turn centred on n, not around the PCA origin, over the trained rows (the
+  last `untrained_rows` left out); turns = Δθ / 2π, radius r(n) the distance from that axis; each winding number
+  with its range over the axis's definition (window, centre by mean or fitted circle, the axis moved);
 * THE helix period, the one definition every chapter cites: T = 2π / mean(θ(n+1) − θ(n)) over the
   bulk, i.e. tokens per turn. T is a deterministic function of the weights and of the positions it is
   averaged over, and the turning rate drifts along the context, so its uncertainty is that choice, not
   sampling error: T is reported for several edges of the bulk and over equal segments of it;
+* the local speed of the path at the start: its median step against the bulk's, in the full space and in the
+  (z_1, z_2) plane; the pitch, the advance per turn of the one-turn running mean of (z_1, z_2, z_3), over the bulk;
 * outliers: each position's distance from the straight line through its `window`
   neighbours on one side (the better of the two sides), in units of the median step
   ‖p_{n+1} − p_n‖, all in the full D-dimensional space.
@@ -26,18 +30,13 @@ from collections.abc import Mapping
 import numpy as np
 
 from analyses.toolkit import plotting
-from analyses.toolkit.helix_period import EDGE, bulk_edge, bulk_phase_increments, helix_period, principal_coordinates
+from analyses.toolkit.helix_period import (EDGE, bulk_edge, bulk_phase_increments, helix_period, helix_winding,
+                                           principal_coordinates)
 from analyses.toolkit.linalg import explained_variance_ratio
 from analyses.toolkit.sinusoids import fit_sinusoid
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table, Text
 from analyses.engine.sources import ModelShape
-
-
-def phase_turns(z1: np.ndarray, z2: np.ndarray) -> np.ndarray:
-    """The unwrapped angle atan2(z_2, z_1) in turns (1 turn = 2π), 0 at the first position."""
-    theta = np.unwrap(np.arctan2(z2, z1))
-    return (theta - theta[0]) / (2 * np.pi)
 
 
 def axial_rise(Z: np.ndarray, turn_length: int) -> float:
@@ -95,7 +94,8 @@ def period_sensitivity(P: np.ndarray, edge: int, edges: tuple[int, ...], n_windo
 
 
 def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components: int, edge: int, window: int,
-          fft_pad: int, n_outliers: int, period_edges: tuple[int, ...], period_windows: int) -> Result:
+          fft_pad: int, n_outliers: int, period_edges: tuple[int, ...], period_windows: int,
+          untrained_rows: int, other_windows: tuple[int, ...]) -> Result:
     """Principal coordinates, sinusoid fits per component, helix turns/radius/pitch, and outlier scores."""
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
     n_pos = len(P)
@@ -126,8 +126,8 @@ def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components:
         formats={"variance share": ".1%", "period (tokens)": ".0f", "R²": ".3f", "cycles in context": ".2f",
                  "period, bulk": ".0f", "R², bulk": ".3f"})
 
-    turning, sensitivity, turns, radius = _turning(P, Z, edge, period_edges, period_windows)
-    outliers, outlier_table, score = _outliers(P, window, n_outliers)
+    turning, sensitivity, turns, radius = _turning(P, Z, edge, untrained_rows, period_edges, period_windows)
+    outliers, outlier_table, score = _outliers(P, window, n_outliers, other_windows)
     numbers |= turning | outliers
     arrays = {"Z": Z, "ratios": ratios[:n_components], "turns": turns, "radius": radius, "score": score,
               "fits": np.array([[f.period, f.amplitude, f.phase, f.offset] for f in fits]),
@@ -135,30 +135,53 @@ def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components:
     return Result(numbers, {"frequencies": freq_table, "outliers": outlier_table, "period": sensitivity}, arrays)
 
 
-def _turning(P: np.ndarray, Z: np.ndarray, edge: int, period_edges: tuple[int, ...], period_windows: int):
-    """(numbers, period table, turns, radius): how (z1, z2) turns, THE helix period and how it depends on where it
-    is measured, the radius and the pitch."""
+def _turning(P: np.ndarray, Z: np.ndarray, edge: int, untrained_rows: int, period_edges: tuple[int, ...],
+             period_windows: int):
+    """(numbers, period table, turns, radius): how (z1, z2) winds around the helix's own axis over the trained rows
+    (`toolkit.helix_period.helix_winding`), with each number's range over the axis's definition, THE helix period and
+    how it depends on where it is measured, the radius, the local speed of the path and the pitch."""
     from scipy.stats import spearmanr
 
     n_pos = len(P)
+    trained = P[:n_pos - untrained_rows]
+    winding = helix_winding(P, edge=edge, n_trained=len(trained))
     n = np.arange(n_pos)
-    bulk = slice(edge, n_pos - edge)
-    turns = phase_turns(Z[:, 0], Z[:, 1])
-    radius = np.hypot(Z[:, 0], Z[:, 1])
-    bulk_turns = abs(turns[bulk][-1] - turns[bulk][0])
-    increments = bulk_phase_increments(P, edge)
-    turn_length = float(2 * np.pi / increments.mean())  # = helix_period(P, edge) = bulk length / turns
+    bulk = slice(edge, len(trained) - edge)
+    turns, radius = winding.theta / (2 * np.pi), winding.radius
+    increments = bulk_phase_increments(trained, edge)
+    turn_length = winding.period  # = helix_period(trained, edge) = bulk length / turns
     local = local_periods(increments, period_windows)
-    sensitivity = period_sensitivity(P, edge, period_edges, period_windows)
+    sensitivity = period_sensitivity(trained, edge, period_edges, period_windows)
     by_edge = {row[1]: row[-1] for row in sensitivity.rows if row[0] == "bulk"}
     edge_low, edge_high = min(by_edge, key=by_edge.get), max(by_edge, key=by_edge.get)
     tokens = ".0f" if turn_length >= 100 else ".1f"  # a few tokens per turn need a decimal
     radius_bulk = float(np.median(radius[bulk]))
-    one_turn = round(turn_length) <= n_pos - 2 * edge - 2  # the pitch needs a whole turn inside the bulk
+    one_turn = round(turn_length) <= len(trained) - 2 * edge - 2  # the pitch needs a whole turn inside the bulk
+    full_steps = np.linalg.norm(np.diff(trained, axis=0), axis=1)
+    plane_steps = np.linalg.norm(np.diff(principal_coordinates(trained, 2), axis=0), axis=1)
+
+    def start_over_bulk(steps):  # median step over rows 1 … edge against the bulk's (row 0's step left out)
+        return float(np.median(steps[1:edge]) / np.median(steps[bulk]))
+
+    def ranged(key, value, low, high, fmt, what):
+        """The value and its range; a number of tokens per turn where the angle does not advance reads "no turn"."""
+        def cite(v, description):
+            return Number(v, fmt, description) if np.isfinite(v) else Text("no turn", f"{description}: no advance")
+        return {key: cite(value, what), f"{key}_low": cite(low, f"{what}: smallest over the definitions of the axis"),
+                f"{key}_high": cite(high, f"{what}: largest over the definitions of the axis")}
+
+    def per_turn(value):  # tokens per turn: whole tokens, a decimal for the few that a fast helix takes
+        return ".0f" if value >= 20 else ".1f"
+
     numbers = {
-        "turns_total": Number(abs(turns[-1]), ".2f", "turns of (z1, z2) around the origin, position 0 to the last"),
-        "turns_bulk": Number(bulk_turns, ".2f", "turns of (z1, z2) over the bulk"),
-        "period": Number(turn_length, tokens, "THE helix period: tokens per turn of (z1, z2) over the bulk"),
+        **ranged("turns_total", winding.turns, *winding.ranges["turns"], ".2f",
+                 "turns of (z1, z2) around the helix's axis over the trained rows"),
+        "untrained_rows": Number(untrained_rows, "d", "rows left out at the end as untrained"),
+        "winding_window": Number(winding.window, "d", "rows over which each local centre of the axis is averaged"),
+        "turns_bulk": Number(float(turns[len(trained) - edge - 1] - turns[edge]), ".2f",
+                             "turns of (z1, z2) around the axis over the bulk"),
+        **ranged("period", turn_length, *winding.ranges["period"], tokens,
+                 "THE helix period: tokens per turn of (z1, z2) around the axis over the bulk"),
         "period_edge_low": Number(by_edge[edge_low], tokens, "shortest helix period over the edges of the bulk tried"),
         "period_edge_low_at": Number(edge_low, "d", "the edge that gives it"),
         "period_edge_high": Number(by_edge[edge_high], tokens, "longest helix period over the edges of the bulk tried"),
@@ -171,13 +194,20 @@ def _turning(P: np.ndarray, Z: np.ndarray, edge: int, period_edges: tuple[int, .
         "period_local_first": Number(float(local[0]), tokens, "local period in the first window of the bulk"),
         "period_local_last": Number(float(local[-1]), tokens, "local period in the last window of the bulk"),
         "cycles_in_context": Number(n_pos / turn_length, ".2f", "context length / helix period"),
-        "period_first_edge": Number(edge / abs(turns[edge] - turns[0]), ".0f",
-                                    "tokens per turn over the first `edge` positions"),
-        "radius_bulk": Number(radius_bulk, ".2f", "median radius √(z1² + z2²) over the bulk"),
+        **ranged("period_first_edge", winding.start, *winding.ranges["start"], per_turn(winding.start),
+                 "tokens per turn around the axis over the first `edge` rows"),
+        **ranged("period_last_edge", winding.end, *winding.ranges["end"], per_turn(winding.end),
+                 "tokens per turn around the axis over the last `edge` trained rows"),
+        "step_start_full": Number(start_over_bulk(full_steps), ".2f",
+                                  "median step over rows 1 … edge / the bulk's, in the full space"),
+        "step_start_plane": Number(start_over_bulk(plane_steps), ".2f",
+                                   "median step over rows 1 … edge / the bulk's, in the (z1, z2) plane"),
+        "radius_bulk": Number(radius_bulk, ".2f", "median distance from the axis over the bulk"),
         "radius_bulk_cv": Number(float(radius[bulk].std() / radius[bulk].mean()), ".1%",
-                                 "coefficient of variation of the radius over the bulk"),
-        "radius_first": Number(float(radius[1]), ".2f", "radius at position 1"),
-
+                                 "coefficient of variation of the distance from the axis over the bulk"),
+        "radius_first": Number(float(radius[1]), ".2f", "distance from the axis at position 1"),
+        "radius_start_min": Number(float(radius[:edge].min()), ".2f",
+                                   "smallest distance from the axis over the first `edge` rows"),
         "pc3_spearman": Number(float(spearmanr(n, Z[:, 2]).statistic), ".3f",
                                "Spearman correlation of z3 with position (±1: monotone axis)"),
     }
@@ -191,11 +221,15 @@ def _turning(P: np.ndarray, Z: np.ndarray, edge: int, period_edges: tuple[int, .
     return numbers, sensitivity, turns, radius
 
 
-def _outliers(P: np.ndarray, window: int, n_outliers: int):
-    """(numbers, table, scores): each position's distance from the trend of its neighbours, in median steps."""
+def _outliers(P: np.ndarray, window: int, n_outliers: int, other_windows: tuple[int, ...]):
+    """(numbers, table, scores): each position's distance from the trend of its neighbours, in median steps, and
+    how the two ends' scores and the rest's 99th percentile move over other windows."""
     n_pos = len(P)
     steps = np.linalg.norm(np.diff(P, axis=0), axis=1)
     score = extrapolation_error(P, window) / np.median(steps)
+    by_window = np.array([extrapolation_error(P, w) / np.median(steps) for w in (window, *other_windows)])
+    ends = np.minimum(by_window[:, 0], by_window[:, -1])
+    rest_p99 = np.percentile(by_window[:, 1:-1], 99, axis=1)
     order = np.argsort(-score, kind="stable")
     rest = np.delete(score, [0, n_pos - 1])
     numbers = {
@@ -208,6 +242,12 @@ def _outliers(P: np.ndarray, window: int, n_outliers: int):
         "outlier_second": Number(float(score[1]), ".1f", "position 1: distance from the trend, in steps"),
         "outlier_rest_median": Number(float(np.median(rest)), ".2f", "median score of the other positions"),
         "outlier_rest_p99": Number(float(np.percentile(rest, 99)), ".2f", "99th percentile of the other positions"),
+        "outlier_windows": Text(", ".join(str(w) for w in sorted((window, *other_windows))),
+                                "windows of the one-sided extrapolation tried"),
+        "outlier_ends_low": Number(float(ends.min()), ".1f",
+                                   "smaller of the two ends' scores, at the window that makes it smallest"),
+        "outlier_rest_p99_high": Number(float(rest_p99.max()), ".2f",
+                                        "99th percentile of the other positions' scores, largest over the windows"),
     }
     nearest = np.minimum(np.r_[np.inf, steps], np.r_[steps, np.inf]) / np.median(steps)
     outlier_table = Table(("position", "distance from trend (median steps)", "distance to nearer neighbour (median steps)"),
@@ -288,7 +328,7 @@ def plot_components(result: Result, shape: ModelShape):
 
 
 def plot_phase(result: Result, shape: ModelShape):
-    """Turns of (z1, z2) around the helix axis and the radius, against position; the bulk shaded."""
+    """Turns of (z1, z2) around the helix's own axis and the distance from it, over the trained rows; the bulk shaded."""
     turns, radius = result.arrays["turns"], result.arrays["radius"]
     n = np.arange(len(turns))
     edge = result.numbers["edge"].value
@@ -296,14 +336,14 @@ def plot_phase(result: Result, shape: ModelShape):
     ax.plot(n, np.abs(turns), color="C0", lw=1.2)
     ax.set_ylabel("turns around the axis")
     ax_r.plot(n, radius, color="C2", lw=1.2)
-    ax_r.set_ylabel("radius √(z1² + z2²)")
+    ax_r.set_ylabel("distance from the axis")
     ax_r.set_xlabel("position")
     for a in (ax, ax_r):
         a.axvspan(edge, len(n) - 1 - edge, color="0.92", zorder=0)
     ax.text(len(n) / 2, 0.05, f"bulk: one turn per {result.numbers['period'].text} tokens "
             f"(local periods {result.numbers['period_local_min'].text}–{result.numbers['period_local_max'].text})",
             ha="center", va="bottom", fontsize=8, transform=ax.get_xaxis_transform())
-    ax.set_title(f"{shape.name}: rotation in the PC1–PC2 plane (shaded: the bulk)")
+    ax.set_title(f"{shape.name}: rotation in the PC1–PC2 plane around the helix's axis (shaded: the bulk)")
     return fig
 
 
@@ -356,7 +396,8 @@ def helix_3d_html(result: Result, shape: ModelShape) -> str:
 register(
     "helix", "The helix traced by the positions", helix,
     needs=("W_pos",), params={"n_components": 6, "edge": EDGE, "window": 4, "fft_pad": 16, "n_outliers": 6,
-                              "period_edges": (25, 50, 100, 150, 200, 250), "period_windows": 4},
+                              "period_edges": (25, 50, 100, 150, 200, 250), "period_windows": 4,
+                              "untrained_rows": 1, "other_windows": (2, 3, 6, 8)},
     figures={"helix": plot_helix, "components": plot_components, "phase": plot_phase, "outliers": plot_outliers},
     files={"helix_3d.md": helix_3d_html},
     groups=("first report", "notebook subset", "position table"),

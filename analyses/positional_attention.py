@@ -23,7 +23,7 @@ import numpy as np
 
 from analyses.toolkit import plotting
 from analyses.toolkit.attention import (CLASSES, attention_pattern, classify, head_scores, head_statistics,
-                                        position_inputs, query_rows)
+                                        position_inputs, qk_form, query_rows)
 from analyses.toolkit.helix_period import EDGE, helix_period
 from analyses.toolkit.linalg import top_right_singular_vectors
 from analyses.engine.registry import register
@@ -224,13 +224,6 @@ register(
 
 # ---------------------------------------------------------------------------
 # QK circuit on P's top principal directions
-
-
-def qk_form(W_Q: np.ndarray, W_K: np.ndarray, gain: np.ndarray, basis: np.ndarray) -> np.ndarray:
-    """M = Bᵀ diag(γ) W_Q W_Kᵀ diag(γ) B / √d_head for one head."""
-    left = basis.T @ (gain[:, None] * np.asarray(W_Q, dtype=np.float64))
-    right = basis.T @ (gain[:, None] * np.asarray(W_K, dtype=np.float64))
-    return left @ right.T / np.sqrt(left.shape[1])
 
 
 def rotation_angle(M: np.ndarray) -> float:

@@ -20,7 +20,10 @@ its columns), the standard deviation of the unique off-diagonal cosines, the fra
 |cos| > t and the largest |cos|; and for P itself the share of variance in its top k principal
 components. Statistics that a null keeps by construction are reported as kept, not tested. With
 N draws, the one-sided empirical p-value is p = (1 + #{null ≥ observed}) / (1 + N) and the effect
-size is (observed − null mean) / null std. Everything is float64: an effect size divides by a null
+size is (observed − null mean) / null std. The report's one rule decides what is rejected: Holm's procedure over
+all the tests of the table at a 5 % familywise rate (`toolkit.pvalues`). N draws cannot give a p below
+1/(1 + N), too large for that rule over many tests, so where the draws pass a Gaussian check (Shapiro–Wilk) the
+p-value Holm uses is the Gaussian upper tail at the effect size; elsewhere the empirical one. Everything is float64: an effect size divides by a null
 standard deviation as small as 4e-5, which would magnify float32 rounding (different on every
 BLAS kernel) into printed digits.
 """
@@ -34,7 +37,7 @@ import numpy as np
 
 from analyses.toolkit import plotting
 from analyses.toolkit.linalg import cosine_matrix, explained_variance_ratio, upper_triangle
-from analyses.toolkit.pvalues import p_value_cell, p_value_text
+from analyses.toolkit.pvalues import FAMILYWISE_ALPHA, GAUSSIAN_CHECK, gaussian_p, holm, p_value_cell, p_value_text
 from analyses.toolkit.surrogates import phase_randomiser
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table, Text
@@ -44,7 +47,12 @@ Surrogate = Callable[[np.random.Generator], np.ndarray]
 """Draws one surrogate of P from a generator."""
 KINDS = ("positions", "dimensions")
 STATISTICS = ("std", "frac_abs_above", "max_abs")
-STATISTIC_LABELS = {"std": "std of cos", "frac_abs_above": "fraction with abs(cos) > t", "max_abs": "largest abs(cos)"}
+STATISTIC_LABELS = {"std": "std of cos", "frac_abs_above": "fraction with abs(cos) > t", "max_abs": "largest abs(cos)",
+                    "nonoffset": "share of cos² not a function of offset", "spread": "sd of cos over n at fixed offset"}
+POSITION_STATISTICS = ("nonoffset", "spread")
+"""Statistics of the position cosines that see where along the context the similarity changes (the others pool
+every pair): 1 − τ, τ the share of Σ cos² that the mean cosine at each offset explains, and the mean over offsets
+1 … n/2 of the standard deviation of cos(p_n, p_{n+k}) over n."""
 PCA_KEY = "pca_top"
 """Key of the principal-component statistic: variance share of the top `n_components` components."""
 
@@ -133,6 +141,19 @@ def _statistics(values: np.ndarray, kind: str, threshold: float, bins: int, stat
     hists[kind] = np.bincount(index, minlength=bins)
 
 
+def _position_statistics(values: np.ndarray, stats: dict) -> None:
+    """1 − τ and the mean spread over n at fixed offset (POSITION_STATISTICS) of the unique position cosines."""
+    n = int(round((1 + np.sqrt(1 + 8 * values.size)) / 2))
+    rows, cols = _upper_pairs(n)
+    offsets = cols - rows
+    counts = np.bincount(offsets, minlength=n)[1:]
+    means = np.bincount(offsets, weights=values, minlength=n)[1:] / counts
+    squares = np.bincount(offsets, weights=values * values, minlength=n)[1:] / counts
+    stats["positions_nonoffset"] = float(1 - np.dot(counts, means ** 2) / np.dot(values, values))
+    half = n // 2
+    stats["positions_spread"] = float(np.sqrt(np.clip(squares[:half] - means[:half] ** 2, 0.0, None)).mean())
+
+
 def similarity_statistics(P: np.ndarray, threshold: float, bins: int, n_components: int = 3, exact: bool = True,
                           kept: frozenset[str] = frozenset()) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     """The statistics of P, and histogram counts of the off-diagonal cosines of both similarity matrices.
@@ -150,10 +171,13 @@ def similarity_statistics(P: np.ndarray, threshold: float, bins: int, n_componen
     if exact:
         for kind, M in zip(KINDS, (P, P.T)):
             _statistics(upper_triangle(cosine_matrix(M)), kind, threshold, bins, stats, hists)
+        _position_statistics(upper_triangle(cosine_matrix(P)), stats)
         stats[PCA_KEY] = top_variance_share(P, n_components)
         return stats, hists
     P = np.asarray(P, dtype=np.float64)
-    _statistics(_cosines_blas(P), "positions", threshold, bins, stats, hists)
+    positions = _cosines_blas(P)
+    _statistics(positions, "positions", threshold, bins, stats, hists)
+    _position_statistics(positions, stats)
     if {f"dimensions_{s}" for s in STATISTICS} | {PCA_KEY} <= kept:
         return stats, hists
     gram = dsyrk(1.0, P, trans=1)  # PᵀP, upper triangle, column-major
@@ -222,6 +246,7 @@ def shuffle_nulls(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_dra
         "floor_cell": Text(p_value_cell(1 / (1 + n_draws), n_draws), "how the table prints a p-value at that floor"),
     }
     rows, arrays = [], {"observed_hists": observed_hists, "observed": observed}
+    tested_p, tested_nulls, other_p = [], [], {}
     for offset, null in enumerate(NULLS):
         stats, hists = null_draws(P, null, n_draws, seed + offset, threshold, bins, n_components)
         arrays[f"{null}_stats"], arrays[f"{null}_hists"] = stats, hists
@@ -231,15 +256,21 @@ def shuffle_nulls(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_dra
             if key in kept:  # equal to the observation by construction: not drawn, not tested
                 numbers[f"{null}_{key}_null_mean"] = Number(observed[key], ".3f", f"{null} null: {key}, kept")
                 rows.append((NULL_LABELS[null], similarity_kind, label, observed[key], observed[key], 0.0,
-                             observed[key], "kept exactly", "kept exactly"))
+                             observed[key], "kept exactly", "kept exactly", "kept exactly", "kept exactly"))
                 continue
             null_values = stats[key]
             mean, spread = float(null_values.mean()), float(null_values.std(ddof=1))
             numbers[f"{null}_{key}_null_mean"] = Number(mean, ".3f", f"{null} null: mean of {key}")
             p, z = empirical_p_value(null_values, observed[key]), effect_size(null_values, observed[key])
-            rows.append((NULL_LABELS[null], similarity_kind, label, observed[key], mean, spread,
-                         float(null_values.max()), p_value_cell(p, n_draws),
-                         z if np.isfinite(z) else "unbounded (constant null)"))
+            gaussian = gaussian_p(null_values, observed[key])
+            tested_p.append(p if gaussian is None else gaussian)
+            for check in OTHER_CHECKS:
+                other = gaussian_p(null_values, observed[key], check)
+                other_p.setdefault(check, []).append(p if other is None else other)
+            rows.append([NULL_LABELS[null], similarity_kind, label, observed[key], mean, spread,
+                         float(null_values.max()), p_value_cell(p, n_draws), _gaussian_cell(gaussian), None,
+                         z if np.isfinite(z) else "unbounded (constant null)"])
+            tested_nulls.append(null)
             numbers |= {
                 f"{null}_{key}_null_max": Number(null_values.max(), ".3f", f"{null} null: largest {key} over draws"),
                 f"{null}_{key}_p": Text(p_value_text(p, n_draws), f"{null} null: empirical p-value of {key}"),
@@ -250,14 +281,51 @@ def shuffle_nulls(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_dra
     for key, value in observed.items():
         numbers[f"observed_{key}"] = Number(value, ".3f", f"observed {key}")
     tested = [r for r in rows if r[7] != "kept exactly"]
-    numbers["n_tests"] = Number(len(tested), "d", "null/statistic pairs tested (not kept by construction)")
-    numbers["n_tests_at_floor"] = Number(sum(isinstance(r[7], str) for r in tested), "d",
-                                         "tested pairs whose p-value is the floor 1/(1 + n_draws)")
+    rejected = holm(tested_p)
+    for row, reject in zip(tested, rejected):
+        row[9] = "yes" if reject else "no"
+    shuffles = {"entries", "columns"}
+    numbers |= {
+        "n_tests": Number(len(tested), "d", "null/statistic pairs tested (not kept by construction)"),
+        "n_tests_at_floor": Number(sum(isinstance(r[7], str) for r in tested), "d",
+                                   "tested pairs whose empirical p-value is the floor 1/(1 + n_draws)"),
+        "alpha": Number(FAMILYWISE_ALPHA, ".2f", "familywise error rate of Holm's procedure over the tests"),
+        "n_gaussian": Number(sum(r[8] != "not Gaussian" for r in tested), "d",
+                             "tests whose null draws pass the Gaussian check (their p from the Gaussian tail)"),
+        "n_rejected": Number(sum(rejected), "d", "tests rejected by Holm's procedure over all tests"),
+        "n_shuffle_tests": Number(sum(n in shuffles for n in tested_nulls), "d", "tests of the two shuffles"),
+        "n_shuffle_rejected": Number(sum(r for r, n in zip(rejected, tested_nulls) if n in shuffles), "d",
+                                     "of them rejected (Holm over all tests)"),
+        "n_surrogate_tests": Number(sum(n not in shuffles for n in tested_nulls), "d",
+                                    "tests of the two phase surrogates"),
+        "n_surrogate_rejected": Number(sum(r for r, n in zip(rejected, tested_nulls) if n not in shuffles), "d",
+                                       "of them rejected (Holm over all tests)"),
+    }
+    for label, part in (("shuffle", shuffles), ("surrogate", set(NULLS) - shuffles)):
+        counts = [sum(r for r, n in zip(holm(ps), tested_nulls) if n in part) for ps in other_p.values()]
+        counts.append(numbers[f"n_{label}_rejected"].value)
+        numbers[f"n_{label}_rejected_low"] = Number(min(counts), "d", f"fewest {label} tests rejected over the checks")
+        numbers[f"n_{label}_rejected_high"] = Number(max(counts), "d", f"most {label} tests rejected over the checks")
+    numbers["gaussian_checks"] = Text(" to ".join(f"{c:g}" for c in (min(OTHER_CHECKS + (GAUSSIAN_CHECK,)),
+                                                                      max(OTHER_CHECKS + (GAUSSIAN_CHECK,)))),
+                                      "range of Shapiro–Wilk thresholds tried for the Gaussian check")
     table = Table(("null", "similarity", "statistic", "observed", "null mean", "null std", "null max", "p-value",
-                   "effect size"), tuple(rows),
+                   "p, Gaussian", "Holm", "effect size"), tuple(tuple(r) for r in rows),
                   {"observed": ".3f", "null mean": ".3f", "null std": ".2e", "null max": ".3f", "p-value": ".4f",
                    "effect size": ".3g"})
     return Result(numbers, {"null_tests": table}, arrays)
+
+
+OTHER_CHECKS = (0.001, 0.05)
+"""Other Shapiro–Wilk thresholds of the Gaussian check, to show how far the counts of rejections depend on it."""
+
+
+def _gaussian_cell(p: float | None) -> str:
+    """The Gaussian-tail p as printed: "not Gaussian" where the draws failed the check, a bound below 1e-10 (its
+    digits there would depend on the last bits of z), one significant digit above."""
+    if p is None:
+        return "not Gaussian"
+    return "< 1e-10" if p < 1e-10 else f"{p:.2f}" if p >= 0.01 else f"{p:.0e}"
 
 
 COLORS = {"entries": "0.45", "columns": "C1", "phases_independent": "C2", "phases_shared": "C4"}
@@ -301,7 +369,7 @@ def plot_effects(result: Result, shape: ModelShape):
         values = []
         for key in keys:
             row = next(r for r in rows if r[0] == NULL_LABELS[null] and (r[1], r[2]) == key)
-            values.append(abs(row[8]) if not isinstance(row[8], str) else np.nan)
+            values.append(abs(row[10]) if not isinstance(row[10], str) else np.nan)
         x = np.arange(len(keys)) + (i - (len(NULLS) - 1) / 2) * width
         ax.bar(x, values, width, color=COLORS[null], label=NULL_LABELS[null])
         for xi, v in zip(x, values):

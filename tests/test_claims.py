@@ -1,7 +1,7 @@
 """The "Claims checked" chapter, checked statically (no weights, no Quarto).
 
 report/claims.qmd holds one table per source document, with the columns claim, where, our value,
-verdict and note. Every row needs one of the four verdicts; a row whose verdict is not "not
+verdict and note. Every row needs one of the six verdicts; a row whose verdict is not "not
 testable here" must cite at least one number from the cache ({{< var >}}) in its "our value" cell,
 and that cell may hold no number typed by hand; every cited key must exist in _variables.yml; a
 "not testable here" row must say what is missing; no source may lose rows; and the errors the
@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 CHAPTER = REPO / "report" / "claims.qmd"
 
 COLUMNS = ["claim", "where", "our value", "verdict", "note"]
-VERDICTS = {"confirmed", "refined", "corrected", "not testable here"}
+VERDICTS = {"confirmed", "formula holds", "reproduced with another setting", "refined", "corrected",
+            "not testable here"}
 NOT_TESTABLE = "not testable here"
 
 # One table per source: its label, the citation key its caption must cite, and the fewest rows it
@@ -34,7 +35,7 @@ SOURCES = {
     "tbl-claims-datta-space": ("datta2026space", 10),
     "tbl-claims-simon": ("simon2024insights", 17),
     "tbl-claims-yedidia": ("yedidia2023helix", 15),
-    "tbl-claims-padova": ("padova2025frog", 39),
+    "tbl-claims-padova": ("padova2025frog", 42),
 }
 
 # The errors the sources are known to make: (table, a phrase of the claim, a key the row must cite
@@ -44,8 +45,23 @@ KNOWN_ERRORS = [
     ("tbl-claims-simon", r"1024 \times 784", "gpt2.model.d_model"),
     ("tbl-claims-padova", r"\sigma_\text{min} / \sigma_\text{max}", "gpt2.attention_spectra.layer5_wq_condition"),
     ("tbl-claims-padova", "338.82", "gpt2.low_rank.early_late_angle3"),
-    ("tbl-claims-padova", "$153$ components", "gpt2.sinusoidal_vs_learned.components_sinusoidal"),
     ("tbl-claims-padova", "values in $[0, 1]$", "gpt2.positional_qk.head7_antisymmetric"),
+]
+
+# Numbers a source gives that another setting reproduces exactly: (table, a phrase of the claim, the key of the
+# reproducing value). Each must stay a row with the verdict "reproduced with another setting" citing that key.
+REPRODUCED = [
+    ("tbl-claims-padova", "$153$ components", "common.sinusoidal_components.centred_n1024_base1000"),
+]
+
+# Claims that are mathematics: each must stay a row with the verdict "formula holds", never "confirmed", which is
+# kept for claims about a model.
+FORMULAS = [
+    ("tbl-claims-datta-space", "Fast waves serve local context"),
+    ("tbl-claims-padova", "Marchenko–Pastur edge"),
+    ("tbl-claims-padova", "A shift acts on the sinusoidal table as rotations"),
+    ("tbl-claims-padova", "Sinusoidal rows have norm"),
+    ("tbl-claims-padova", "thin outer shell"),
 ]
 
 # What a "not testable here" note must name: what is missing, or what will decide the claim.
@@ -210,6 +226,23 @@ def problems(text: str, variables: dict) -> list[str]:
                 out.append(f"{row.where()}: the known error {phrase!r} is not marked corrected")
             if key not in VAR.findall(row["our value"]):
                 out.append(f"{row.where()}: the known error {phrase!r} does not cite {key}")
+    for label, phrase, key in REPRODUCED:
+        rows = [r for r in (tables[label].rows if label in tables else ()) if len(r.cells) == len(COLUMNS)
+                and phrase in r["claim"]]
+        if not rows:
+            out.append(f"{label}: no row for the reproduced number {phrase!r}")
+        for row in rows:
+            if row["verdict"].strip().lower() != "reproduced with another setting" or key not in VAR.findall(
+                    row["our value"]):
+                out.append(f"{row.where()}: {phrase!r} must be 'reproduced with another setting', citing {key}")
+    for label, phrase in FORMULAS:
+        rows = [r for r in (tables[label].rows if label in tables else ()) if len(r.cells) == len(COLUMNS)
+                and phrase in r["claim"]]
+        if not rows:
+            out.append(f"{label}: no row for the formula {phrase!r}")
+        for row in rows:
+            if row["verdict"].strip().lower() != "formula holds":
+                out.append(f"{row.where()}: {phrase!r} is mathematics: its verdict must be 'formula holds'")
     return out
 
 
@@ -239,7 +272,7 @@ def test_rows_per_source_are_not_fewer_than_listed():
     assert not short, f"rows (found, listed): {short}"
 
 
-def test_every_verdict_is_one_of_four():
+def test_every_verdict_is_one_of_the_vocabulary():
     verdicts = [r["verdict"] for t in parse(chapter_text()).values() if t.label in SOURCES for r in t.rows]
     assert verdicts and set(verdicts) <= VERDICTS
 
@@ -453,6 +486,16 @@ def mutate_uncorrect_known_error(text):
     return replace_row(text, row, with_cell(row, "verdict", "confirmed"))
 
 
+def mutate_confirm_a_formula(text):
+    row = next(r for r in parse(text)["tbl-claims-padova"].rows if "thin outer shell" in r["claim"])
+    return replace_row(text, row, with_cell(row, "verdict", "confirmed"))
+
+
+def mutate_correct_a_reproduced_number(text):
+    row = next(r for r in parse(text)["tbl-claims-padova"].rows if "$153$ components" in r["claim"])
+    return replace_row(text, row, with_cell(row, "verdict", "corrected"))
+
+
 def mutate_drop_a_cell(text):
     row = first_row(text, "corrected")
     return replace_row(text, row, list(row.cells[:-1]))
@@ -460,7 +503,7 @@ def mutate_drop_a_cell(text):
 
 MUTATIONS = [mutate_delete_verdict, mutate_misspell_verdict, mutate_drop_variables, mutate_type_a_number,
              mutate_unknown_key, mutate_delete_row, mutate_silent_not_testable, mutate_uncorrect_known_error,
-             mutate_drop_a_cell]
+             mutate_confirm_a_formula, mutate_correct_a_reproduced_number, mutate_drop_a_cell]
 
 
 @pytest.mark.parametrize("mutate", MUTATIONS, ids=lambda f: f.__name__.removeprefix("mutate_"))

@@ -22,10 +22,11 @@ def circle(n: int, k: int, d: int = 6) -> np.ndarray:
 
 @pytest.mark.parametrize("k", [1, 3, 7])
 def test_a_circle_of_k_turns(k):
-    """Two equal components (λ₂/λ₁ = 1, all the variance in 2), k (n − 1)/n turns from row 0 to row n − 1, a
-    circulant Gram (τ = 1), equal norms."""
+    """Two equal components (λ₂/λ₁ = 1, all the variance in 2), k (n − 1)/n turns from row 0 to row n − 1 (around
+    local centres averaged over a whole number of rows near one turn: exact to that rounding), a circulant Gram
+    (τ = 1), equal norms."""
     stats = profile(circle(256, k))
-    assert stats["k90"] == 2 and stats["turns"] == pytest.approx(k * 255 / 256, abs=1e-9)
+    assert stats["k90"] == 2 and stats["turns"] == pytest.approx(k * 255 / 256, abs=1e-3)
     for key in ("top3_share", "pair_ratio", "toeplitz_share", "row0_over_median"):
         assert stats[key] == pytest.approx(1, abs=1e-9), key
 

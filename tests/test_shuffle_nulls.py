@@ -114,7 +114,7 @@ def test_shared_phases_keep_the_dimension_statistics_and_say_so():
         assert f"phases_shared_{key}_p" not in result.numbers
     rows = [r for r in result.tables["null_tests"].rows if r[0] == "shared phases"]
     assert sum(r[7] == "kept exactly" for r in rows) == len(KEPT_BY_CONSTRUCTION["phases_shared"])
-    assert result.numbers["n_tests"].value == 4 * 7 - len(KEPT_BY_CONSTRUCTION["phases_shared"])
+    assert result.numbers["n_tests"].value == 4 * 9 - len(KEPT_BY_CONSTRUCTION["phases_shared"])  # 9 statistics
 
 
 def test_a_coordinated_helix_beats_independent_phases():
@@ -132,3 +132,20 @@ def test_a_coordinated_helix_beats_independent_phases():
     assert numbers["phases_independent_pca_top_p"].value == "p < 0.03 (40 draws)"  # the floor 1/41, rounded up
     assert numbers["phases_independent_pca_top_effect"].value > 5
     assert numbers["phases_independent_pca_top_null_mean"].value < 0.95
+
+
+def test_position_statistics_see_where_along_the_context_the_similarity_changes():
+    """The sinusoidal table's cosines depend on the offset only: nothing outside the offset means, no spread over
+    n. Doubling the second half of a table's dimensions' weight changes cosines by position: both grow."""
+    from analyses.shuffle_nulls import _position_statistics
+    from analyses.toolkit.linalg import cosine_matrix, upper_triangle
+    from analyses.toolkit.sinusoids import sinusoidal_table
+
+    stats = {}
+    _position_statistics(upper_triangle(cosine_matrix(sinusoidal_table(64, 16))), stats)
+    assert stats["positions_nonoffset"] == pytest.approx(0.0, abs=1e-12)
+    assert stats["positions_spread"] == pytest.approx(0.0, abs=1e-7)
+    bent = sinusoidal_table(64, 16)
+    bent[32:, :4] *= 5.0
+    _position_statistics(upper_triangle(cosine_matrix(bent)), stats)
+    assert stats["positions_nonoffset"] > 0.01 and stats["positions_spread"] > 0.01

@@ -84,6 +84,13 @@ def head_scores(X: np.ndarray, W_Q: np.ndarray, b_Q: np.ndarray, W_K: np.ndarray
     return q @ k.T / np.sqrt(q.shape[1])
 
 
+def qk_form(W_Q: np.ndarray, W_K: np.ndarray, gain: np.ndarray, basis: np.ndarray) -> np.ndarray:
+    """M = Bᵀ diag(γ) W_Q W_Kᵀ diag(γ) B / √d_head for one head."""
+    left = basis.T @ (gain[:, None] * np.asarray(W_Q, dtype=np.float64))
+    right = basis.T @ (gain[:, None] * np.asarray(W_K, dtype=np.float64))
+    return left @ right.T / np.sqrt(left.shape[1])
+
+
 def attention_pattern(S: np.ndarray, causal: bool) -> np.ndarray:
     """Row-wise softmax of S, keys j > i excluded when `causal`."""
     S = np.array(S, dtype=np.float64)

@@ -1,7 +1,16 @@
-"""The helix period, the one definition every chapter cites: tokens per turn of the position rows' top two
-principal coordinates over the bulk of the context."""
+"""The helix's winding and period, the one definition every chapter cites.
+
+The angle of the position rows' top two principal coordinates is measured around the helix's own axis, not around
+the origin of the PCA: the axis at position n is the mean of (z1, z2) over one turn centred on n (the first and
+last turns' windows at the ends), so the angle does not depend on where the coordinates put their origin. The
+turn length that sets the window is the period the angle then gives (a fixed point, found from the whole context).
+`helix_winding` adds the sensitivity of every winding number to that choice: the window ±25 %, centres from a
+circle fitted to each window instead of its mean, and the centre moved by a tenth of the bulk's radius.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,6 +27,12 @@ EDGE = 100
 """Positions left out at each end to form the bulk (helix and every analysis that uses its period), in a context of
 at least 4 × EDGE positions; a shorter context leaves out a quarter at each end (`bulk_edge`)."""
 
+WINDOW_FACTORS = (0.75, 1.25)
+"""The local centres' window, as a fraction of the turn length, at the ends of the range `helix_winding` tries."""
+
+CENTRE_SHIFT = 0.1
+"""How far `helix_winding` moves the axis, as a fraction of the bulk's median radius (8 directions)."""
+
 
 def bulk_edge(n_positions: int, edge: int = EDGE) -> int:
     """The edge a context of `n_positions` uses: `edge`, or a quarter of the context where that is less, so that the
@@ -25,15 +40,135 @@ def bulk_edge(n_positions: int, edge: int = EDGE) -> int:
     return min(edge, n_positions // 4)
 
 
+def _window_starts(n: int, window: int) -> np.ndarray:
+    """First row of the window of `window` rows centred on each row, clamped to lie inside 0 … n − 1."""
+    return np.clip(np.arange(n) - window // 2, 0, n - window)
+
+
+def local_centres(Z: np.ndarray, window: int, method: str = "mean") -> np.ndarray:
+    """The helix axis at each row of Z (n × 2): the mean of Z over the `window` rows centred on the row ("mean"), or
+    the centre of the least-squares circle through them ("circle"); rows near an end use the end's window."""
+    Z = np.asarray(Z, dtype=np.float64)
+    n = len(Z)
+    if not 3 <= window <= n:
+        raise ValueError(f"need 3 <= window <= {n}, got {window}")
+    starts = _window_starts(n, window)
+    if method == "mean":
+        cumulative = np.vstack([np.zeros(Z.shape[1]), np.cumsum(Z, axis=0)])
+        return ((cumulative[window:] - cumulative[:-window]) / window)[starts]
+    if method != "circle":
+        raise ValueError(f"unknown centre method {method!r}")
+    # The circle x² + y² = 2a x + 2b y + c through each window by least squares: normal equations from running sums
+    # of the coordinates (taken about their overall mean, for conditioning).
+    d = Z - Z.mean(axis=0)
+    x, y = d[:, 0], d[:, 1]
+    s = x * x + y * y
+    terms = np.column_stack([x * x, x * y, y * y, x, y, x * s, y * s, s])
+    sums = (np.vstack([np.zeros(8), np.cumsum(terms, axis=0)])[window:]
+            - np.vstack([np.zeros(8), np.cumsum(terms, axis=0)])[:-window])[starts]
+    xx, xy, yy, sx, sy, xs, ys, ss = sums.T
+    normal = np.stack([np.stack([4 * xx, 4 * xy, 2 * sx], -1), np.stack([4 * xy, 4 * yy, 2 * sy], -1),
+                       np.stack([2 * sx, 2 * sy, np.full_like(sx, window)], -1)], -2)
+    # pinv: a window of collinear points (a straight stretch) has no circle; it gets the least-norm solution
+    solution = (np.linalg.pinv(normal) @ np.stack([2 * xs, 2 * ys, ss], -1)[..., None])[..., 0]
+    return Z.mean(axis=0) + solution[:, :2]
+
+
+def axis_phase(Z: np.ndarray, window: int, method: str = "mean") -> tuple[np.ndarray, np.ndarray]:
+    """(θ, r): the unwrapped angle of (z1, z2) around the local axis (radians, 0 at the first row, signed so that
+    it increases over the rows) and the distance from that axis. Moving Z's origin changes neither."""
+    Z = np.asarray(Z, dtype=np.float64)[:, :2]
+    d = Z - local_centres(Z, window, method)
+    theta = np.unwrap(np.arctan2(d[:, 1], d[:, 0]))
+    theta = theta - theta[0]
+    return theta * (1.0 if theta[-1] >= 0 else -1.0), np.hypot(d[:, 0], d[:, 1])
+
+
+def _period_over(theta: np.ndarray, first: int, last: int) -> float:
+    """Tokens per turn from row `first` to row `last` (inf where the angle does not advance)."""
+    advance = theta[last] - theta[first]
+    return float(2 * np.pi * (last - first) / advance) if advance > 0 else float("inf")
+
+
+def turn_length(Z: np.ndarray, edge: int, method: str = "mean", max_iterations: int = 50) -> int:
+    """The window of the local centres: the bulk period that the window gives, rounded (a fixed point, from the
+    whole context, whose centre is the PCA origin), at most the number of rows (less than a turn: the whole)."""
+    n = len(Z)
+    window, seen = n, []
+    for _ in range(max_iterations):
+        period = _period_over(axis_phase(Z, window, method)[0], edge, n - edge - 1)
+        new = n if not np.isfinite(period) else int(min(max(round(period), 3), n))
+        if new == window or new in seen:  # a fixed point, or a cycle: keep the larger window
+            return max(new, window)
+        seen.append(window)
+        window = new
+    raise RuntimeError(f"the helix turn length did not settle in {max_iterations} iterations")
+
+
 def bulk_phase_increments(P: np.ndarray, edge: int) -> np.ndarray:
-    """|θ(n+1) − θ(n)| for n in the bulk edge … n_ctx − edge − 1, θ the unwrapped angle of (z1, z2) (radians)."""
+    """θ(n+1) − θ(n) for n in the bulk edge … n_ctx − edge − 2, θ the angle of (z1, z2) around the helix's own
+    axis (radians), signed so that they advance over the bulk (which way round is a matter of orientation)."""
     edge = bulk_edge(len(P), edge)
     Z = principal_coordinates(P, 2)
-    theta = np.unwrap(np.arctan2(Z[:, 1], Z[:, 0]))
+    theta, _ = axis_phase(Z, turn_length(Z, edge))
     increments = np.diff(theta[edge:len(P) - edge])
-    return increments * np.sign(increments.sum())
+    return increments * (1.0 if increments.sum() >= 0 else -1.0)
 
 
 def helix_period(P: np.ndarray, edge: int = EDGE) -> float:
-    """The helix period: tokens per turn of (z1, z2) over the bulk, 2π / mean phase increment."""
+    """The helix period: tokens per turn of (z1, z2) around the helix's axis over the bulk, 2π / mean increment."""
     return float(2 * np.pi / bulk_phase_increments(P, edge).mean())
+
+
+@dataclass(frozen=True)
+class Winding:
+    """How the helix winds around its own axis, over the trained rows, and how much each number depends on the axis.
+
+    `ranges` gives (smallest, largest) of turns, period, start and end over the variants (`helix_winding`)."""
+
+    n_rows: int  # trained rows used (the first n_rows of the table)
+    edge: int  # rows at each end outside the bulk
+    window: int  # rows over which each local centre is averaged (the turn length, at most n_rows)
+    theta: np.ndarray  # angle around the axis, radians, increasing, 0 at row 0
+    radius: np.ndarray  # distance from the axis in the (z1, z2) plane
+    turns: float  # turns from row 0 to the last trained row
+    period: float  # tokens per turn over the bulk (= helix_period of the trained rows)
+    start: float  # tokens per turn over rows 0 … edge
+    end: float  # tokens per turn over the last edge trained rows
+    ranges: dict
+
+
+def helix_winding(P: np.ndarray, *, edge: int = EDGE, n_trained: int | None = None) -> Winding:
+    """The helix's winding around its own axis over the first `n_trained` rows of P (all by default; leave out rows
+    that are untrained), with the range of each number over the variants: window × (0.75, 1, 1.25), centres by
+    mean or fitted circle, and the axis moved by CENTRE_SHIFT of the bulk's median radius in 8 directions."""
+    P = np.asarray(P, dtype=np.float64)
+    n = len(P) if n_trained is None else n_trained
+    if not 8 <= n <= len(P):
+        raise ValueError(f"need 8 <= n_trained <= {len(P)}, got {n_trained}")
+    edge = bulk_edge(n, edge)
+    Z = principal_coordinates(P[:n], 2)
+    window = turn_length(Z, edge)
+
+    def numbers(theta):  # the bulk's period in its own direction of turning, as `helix_period`
+        bulk = theta[n - edge - 1] - theta[edge]
+        return (theta[-1] / (2 * np.pi), _period_over(np.sign(bulk or 1.0) * theta, edge, n - edge - 1),
+                _period_over(theta, 0, edge), _period_over(theta, n - edge - 1, n - 1))
+
+    theta, radius = axis_phase(Z, window)
+    shift = CENTRE_SHIFT * float(np.median(radius[edge:n - edge]))
+    variants = []
+    for method in ("mean", "circle"):
+        for factor in (WINDOW_FACTORS[0], 1.0, WINDOW_FACTORS[1]):
+            w = int(min(max(round(factor * window), 3), n))
+            centres = local_centres(Z, w, method)
+            for angle in [None, *np.arange(8) * np.pi / 4]:
+                moved = centres if angle is None else centres + shift * np.array([np.cos(angle), np.sin(angle)])
+                d = Z - moved
+                t = np.unwrap(np.arctan2(d[:, 1], d[:, 0]))
+                t = t - t[0]
+                variants.append(numbers(t * (1.0 if t[-1] >= 0 else -1.0)))
+    variants = np.array(variants)
+    keys = ("turns", "period", "start", "end")
+    ranges = {k: (float(variants[:, i].min()), float(variants[:, i].max())) for i, k in enumerate(keys)}
+    return Winding(n, edge, window, theta, radius, *numbers(theta), ranges)

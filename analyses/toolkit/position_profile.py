@@ -6,7 +6,8 @@ eigenvalues λᵢ of its Gram matrix over their sum):
 
 * top-3 share r₁ + r₂ + r₃, and the number of components for 90 % of the variance;
 * λ₂/λ₁ = r₂/r₁, how near the top two components are to a circle (1) or a line (0);
-* turns: how many times the (z₁, z₂) plane's angle about the centroid goes round, over all rows;
+* turns: how many times the (z₁, z₂) plane's angle about the helix's own axis goes round, over all rows
+  (`toolkit.helix_period.helix_winding`, the report's one definition);
 * the Toeplitz share τ of the Gram matrix (`toolkit.gram`);
 * row 0's norm over the median row norm (uncentred): whether the first row is an outlier.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyses.toolkit.gram import toeplitz_share
-from analyses.toolkit.helix_period import bulk_phase_increments
+from analyses.toolkit.helix_period import helix_winding
 from analyses.toolkit.linalg import components_for, explained_variance_ratio
 from analyses.toolkit.sinusoids import sinusoidal_table
 
@@ -30,8 +31,8 @@ FORMATS = dict(zip(STATISTICS, (".1%", "d", ".2f", ".2f", ".0%", ".2f")))
 
 
 def turns(X: np.ndarray) -> float:
-    """How many turns the angle of the top two principal coordinates makes over every row of X."""
-    return float(bulk_phase_increments(X, edge=0).sum() / (2 * np.pi))
+    """How many turns the angle of the top two principal coordinates makes around their own axis over every row of X."""
+    return helix_winding(X).turns
 
 
 def profile(X: np.ndarray, fraction: float = 0.9) -> dict[str, float | int]:

@@ -1,0 +1,123 @@
+"""The helix's winding around its own axis: a closed form on planted helices, no dependence on the origin, and the
+ranges that GPT-2's cited winding numbers are stated with."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from analyses.toolkit.helix_period import axis_phase, helix_period, helix_winding, local_centres, turn_length
+
+
+def circle(n: int, period: float, radius: float = 2.0, centre=(0.0, 0.0), drift=(0.0, 0.0)) -> np.ndarray:
+    t = np.arange(n)
+    return np.column_stack([centre[0] + drift[0] * t + radius * np.cos(2 * np.pi * t / period),
+                            centre[1] + drift[1] * t + radius * np.sin(2 * np.pi * t / period)])
+
+
+@pytest.mark.parametrize("method", ["mean", "circle"])
+def test_local_centres_of_whole_turns_are_the_circle_centre(method):
+    Z = circle(400, 50, centre=(3.0, -1.0))
+    assert np.allclose(local_centres(Z, 50, method), [3.0, -1.0], atol=1e-9)
+
+
+def test_circle_centres_match_a_direct_least_squares_fit():
+    Z = circle(300, 70) + np.random.default_rng(0).normal(scale=0.1, size=(300, 2))
+    w = Z[40:40 + 70]
+    direct = np.linalg.lstsq(np.column_stack([2 * w, np.ones(70)]), (w ** 2).sum(1), rcond=None)[0][:2]
+    assert local_centres(Z, 70, "circle")[40 + 35] == pytest.approx(direct, abs=1e-9)
+
+
+def test_angle_around_the_axis_does_not_depend_on_the_origin_and_follows_a_drifting_axis():
+    """A circle whose centre drifts by several radii: around the origin the angle is wrong, around the local axis it
+    counts the planted turns (away from the ends, whose centre is the first or last turn's); moving the origin
+    anywhere changes nothing."""
+    Z = circle(1000, 100, drift=(0.02, 0.01))
+    theta, radius = axis_phase(Z, 100)
+    assert (theta[950] - theta[50]) / (2 * np.pi) == pytest.approx(9.0, abs=1e-3)
+    assert radius[50:950] == pytest.approx(np.full(900, 2.0), abs=0.02)
+    for shift in ([5.0, -3.0], [0.1, 0.2], [-40.0, 7.0]):
+        moved, _ = axis_phase(Z + shift, 100)
+        assert moved == pytest.approx(theta, abs=1e-9)
+    origin = np.unwrap(np.arctan2(Z[:, 1], Z[:, 0]))
+    assert abs(origin[-1] - origin[0]) / (2 * np.pi) < 9  # around the origin the drift eats turns
+
+
+def test_turn_length_is_the_fixed_point_and_helix_winding_reads_a_planted_helix():
+    rng = np.random.default_rng(2)
+    Q, _ = np.linalg.qr(rng.standard_normal((16, 3)))
+    t = np.arange(900)
+    P = np.column_stack([3 * np.cos(2 * np.pi * t / 120), 3 * np.sin(2 * np.pi * t / 120), 0.002 * t]) @ Q.T
+    from analyses.toolkit.helix_period import principal_coordinates
+    assert turn_length(principal_coordinates(P, 2), 100) == 120
+    w = helix_winding(P, edge=100)
+    assert w.window == 120 and w.turns == pytest.approx(899 / 120, rel=1e-3)
+    assert w.period == pytest.approx(120, rel=1e-3) == helix_period(P, 100)
+    assert w.start == pytest.approx(120, rel=1e-2) and w.end == pytest.approx(120, rel=1e-2)
+    for key, (low, high) in w.ranges.items():
+        assert low <= getattr(w, key) <= high
+    assert w.ranges["period"][1] / w.ranges["period"][0] < 1.05  # a clean helix hardly depends on the axis
+
+
+def test_less_than_a_turn_uses_the_whole_context_as_one_window():
+    Z = circle(200, 500)
+    assert turn_length(Z, 50) == 200
+
+
+GPT2 = os.environ.get("GPT2_WEIGHTS")
+
+
+@pytest.mark.skipif(not GPT2, reason="needs GPT-2's weights (GPT2_WEIGHTS unset)")
+def test_gpt2_cited_winding_holds_as_the_origin_and_the_edges_move():
+    """GPT-2's trained rows: moving the PCA origin by up to a tenth of the bulk's radius, in any direction, leaves the
+    winding numbers unchanged (they are measured around the axis), and moving the bulk's edges from 50 to 150 keeps the
+    period inside the range the report states beside it; the bulk period's reading (about 500–560 tokens per turn)
+    and the turn count's (two to three and a quarter turns, below the 3.61 counted around the PCA origin) hold within
+    those ranges."""
+    from safetensors.numpy import load_file
+
+    P = np.asarray(load_file(os.path.join(GPT2, "model.safetensors"))["wpe.weight"], dtype=np.float64)[:-1]
+    w = helix_winding(P)
+    assert 1.9 <= w.ranges["turns"][0] <= w.turns <= w.ranges["turns"][1] <= 3.4
+    assert 490 <= w.ranges["period"][0] <= w.period <= w.ranges["period"][1] <= 570
+    from analyses.toolkit.helix_period import principal_coordinates
+    Z = principal_coordinates(P, 2)
+    radius = np.median(w.radius[100:-100])
+    for angle in np.linspace(0, 2 * np.pi, 12, endpoint=False):
+        moved, _ = axis_phase(Z + 0.1 * radius * np.array([np.cos(angle), np.sin(angle)]), w.window)
+        assert moved == pytest.approx(w.theta, abs=1e-9)
+    for edge in (50, 75, 125, 150):
+        assert w.ranges["period"][0] * 0.97 <= helix_winding(P, edge=edge).period <= w.ranges["period"][1] * 1.03
+
+
+@pytest.mark.skipif(not GPT2, reason="needs GPT-2's weights (GPT2_WEIGHTS unset)")
+def test_gpt2_readings_of_the_ends_hold_over_every_definition_of_the_axis():
+    """"Faster over the last trained positions" holds for every definition of the axis tried (every end rate below
+    every bulk rate); "faster at the start" does not (some definitions put the start slower than the bulk), so the
+    chapters must not claim it."""
+    from pathlib import Path
+
+    from safetensors.numpy import load_file
+
+    P = np.asarray(load_file(os.path.join(GPT2, "model.safetensors"))["wpe.weight"], dtype=np.float64)[:-1]
+    w = helix_winding(P)
+    assert w.ranges["end"][1] < w.ranges["period"][0]
+    assert w.ranges["start"][1] > w.ranges["period"][1]
+    root = Path(__file__).resolve().parents[1]
+    text = " ".join(p.read_text() for p in [root / "index.qmd", *sorted((root / "report").glob("*.qmd"))])
+    text = " ".join(text.split())
+    for stale in ("faster at both ends", "first positions wind much faster", "the path winds fast", "fast early winding"):
+        assert stale not in text, stale
+
+
+def test_the_bulk_period_is_positive_when_the_bulk_turns_against_the_whole():
+    """A path that turns one way over its ends and the other way over its bulk: the period of the bulk is counted
+    in the bulk's own direction (as the winding's), never negative."""
+    t = np.arange(600, dtype=np.float64)
+    angle = np.where(t < 100, 0.2 * t, np.where(t < 500, 20 - 0.02 * (t - 100), 12 + 0.3 * (t - 500)))
+    P = np.column_stack([np.cos(angle), np.sin(angle), 0.001 * t, np.zeros(600)])
+    period = helix_period(P, 100)
+    assert period > 0
+    assert helix_winding(P, edge=100).period == pytest.approx(period, rel=1e-9)
