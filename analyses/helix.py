@@ -35,7 +35,7 @@ from analyses.toolkit.helix_period import (EDGE, bulk_edge, bulk_phase_increment
 from analyses.toolkit.linalg import explained_variance_ratio
 from analyses.toolkit.sinusoids import fit_sinusoid
 from analyses.engine.registry import register
-from analyses.engine.results import Number, Result, Table, Text
+from analyses.engine.results import FITTED, Number, Result, Table, Text
 from analyses.engine.sources import ModelShape
 
 
@@ -115,16 +115,17 @@ def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components:
                "top3": Number(ratios[:3].sum(), ".1%", "variance share of the top 3 principal components")}
     for k, (fit, bfit) in enumerate(zip(fits, bulk_fits), start=1):
         numbers[f"pc{k}_share"] = Number(ratios[k - 1], ".1%", f"variance share of PC{k}")
-        numbers[f"pc{k}_period"] = Number(fit.period, ".1f", f"PC{k}: fitted period in tokens, all positions")
+        numbers[f"pc{k}_period"] = Number(fit.period, ".1f", f"PC{k}: fitted period in tokens, all positions", FITTED)
         numbers[f"pc{k}_r2"] = Number(fit.r2, ".3f", f"PC{k}: R² of the sinusoid, all positions")
-        numbers[f"pc{k}_period_bulk"] = Number(bfit.period, ".1f", f"PC{k}: fitted period in tokens, bulk")
+        numbers[f"pc{k}_period_bulk"] = Number(bfit.period, ".1f", f"PC{k}: fitted period in tokens, bulk", FITTED)
         numbers[f"pc{k}_r2_bulk"] = Number(bfit.r2, ".3f", f"PC{k}: R² of the sinusoid, bulk")
     freq_table = Table(
         ("component", "variance share", "period (tokens)", "R²", "cycles in context", "period, bulk", "R², bulk"),
         tuple((f"PC{k + 1}" + (" (half a cycle: period at the bound)" if f.at_bound else ""), ratios[k], f.period, f.r2,
                n_pos / f.period, b.period, b.r2) for k, (f, b) in enumerate(zip(fits, bulk_fits))),
         formats={"variance share": ".1%", "period (tokens)": ".0f", "R²": ".3f", "cycles in context": ".2f",
-                 "period, bulk": ".0f", "R², bulk": ".3f"})
+                 "period, bulk": ".0f", "R², bulk": ".3f"},
+        accuracy=dict.fromkeys(("period (tokens)", "cycles in context", "period, bulk"), FITTED))
 
     turning, sensitivity, turns, radius = _turning(P, Z, edge, untrained_rows, period_edges, period_windows)
     outliers, outlier_table, score = _outliers(P, window, n_outliers, other_windows)
@@ -132,7 +133,8 @@ def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components:
     arrays = {"Z": Z, "ratios": ratios[:n_components], "turns": turns, "radius": radius, "score": score,
               "fits": np.array([[f.period, f.amplitude, f.phase, f.offset] for f in fits]),
               "bulk_fits": np.array([[f.period, f.amplitude, f.phase, f.offset] for f in bulk_fits])}
-    return Result(numbers, {"frequencies": freq_table, "outliers": outlier_table, "period": sensitivity}, arrays)
+    return Result(numbers, {"frequencies": freq_table, "outliers": outlier_table, "period": sensitivity}, arrays,
+                  {"fits": FITTED, "bulk_fits": FITTED})
 
 
 def _turning(P: np.ndarray, Z: np.ndarray, edge: int, untrained_rows: int, period_edges: tuple[int, ...],

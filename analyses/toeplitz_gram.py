@@ -37,7 +37,7 @@ from analyses.toolkit.gram import circulant_share, diagonal_sums, toeplitz_part,
 from analyses.toolkit.sinusoids import fit_sinusoid, sinusoidal_table
 from analyses.toolkit.surrogates import phase_randomise, random_walks
 from analyses.engine.registry import register
-from analyses.engine.results import Number, Result, Table
+from analyses.engine.results import FITTED, Number, Result, Table
 from analyses.engine.sources import ModelShape
 
 
@@ -120,21 +120,24 @@ def toeplitz_gram(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_dra
                      baselines["phases"][:, i].mean(), baselines["phases"][:, i].std(ddof=1), sinusoidal[key]))
     columns = ("statistic", shape.name, "random walks: mean", "random walks: sd", "independent phases: mean",
                "independent phases: sd", "sinusoidal table")
-    table = Table(columns, tuple(rows), formats=dict.fromkeys(columns[1:], ".3g"))
+    fitted = tuple(FITTED if key.endswith("_cycles") else None for key, _ in STATISTICS)  # one per row
+    table = Table(columns, tuple(rows), formats=dict.fromkeys(columns[1:], ".3g"),
+                  accuracy=dict.fromkeys(columns[1:], fitted))
     numbers = {"n_draws": Number(n_draws, "d", "draws of each baseline"),
                "seed": Number(seed, "d", "seed of the baseline draws"),
                "pad": Number(pad, "d", "zero-padding factor of the eigenvector spectra"),
                "n_positions": Number(n, "d", "positions (rows of the Gram matrix)")}
     fmt = {"toeplitz_share": ".0%", "circulant_share": ".0%", "top3_share": ".1%", "top2_overlap": ".2f"}
     for i, (key, label) in enumerate(STATISTICS):
-        f = fmt.get(key, ".2f")
-        numbers[key] = Number(observed[key], f, label)
-        numbers[f"walks_{key}_mean"] = Number(float(baselines["walks"][:, i].mean()), f, f"random walks: {label}, mean")
+        f, accuracy = fmt.get(key, ".2f"), fitted[i]
+        numbers[key] = Number(observed[key], f, label, accuracy)
+        numbers[f"walks_{key}_mean"] = Number(float(baselines["walks"][:, i].mean()), f, f"random walks: {label}, mean",
+                                              accuracy)
         numbers[f"walks_{key}_sd"] = Number(float(baselines["walks"][:, i].std(ddof=1)), ".3f" if "%" in f else f,
-                                            f"random walks: {label}, standard deviation")
+                                            f"random walks: {label}, standard deviation", accuracy)
         numbers[f"phases_{key}_mean"] = Number(float(baselines["phases"][:, i].mean()), f,
-                                               f"independent phases: {label}, mean")
-        numbers[f"sinusoidal_{key}"] = Number(sinusoidal[key], f, f"sinusoidal table: {label}")
+                                               f"independent phases: {label}, mean", accuracy)
+        numbers[f"sinusoidal_{key}"] = Number(sinusoidal[key], f, f"sinusoidal table: {label}", accuracy)
     numbers["walks_pair_ratio_max"] = Number(float(baselines["walks"][:, 3].max()), ".2f",
                                              "largest λ₂/λ₁ over the random-walk draws")
     numbers["walks_toeplitz_share_max"] = Number(float(baselines["walks"][:, 0].max()), ".0%",
