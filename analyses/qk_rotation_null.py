@@ -143,5 +143,4 @@ register(
     "qk_rotation_null", "Layer-0 QK rotations against random frames, and without them", qk_rotation_null,
     needs=NEEDS, family_needs=FAMILY_NEEDS,
     params={"n_components": 3, "n_frames": 999, "seed": 0, "min_query": 32, "other_sizes": (2, 4, 6)},
-    groups=("first report",),
 )
