@@ -66,12 +66,33 @@ def layer0_heads(tensors: Mapping[str, np.ndarray], shape: ModelShape):
 # Patterns and classes
 
 
+REFERENCE_CONTEXT = 1024
+"""The context length at which the local window is `local_width` tokens; other contexts scale it (like with like)."""
+
+
+def scaled_width(local_width: int, n_ctx: int) -> int:
+    """The local window for a context of n_ctx positions: `local_width` per REFERENCE_CONTEXT positions, at least 2."""
+    return max(2, round(local_width * n_ctx / REFERENCE_CONTEXT))
+
+
+def class_counts(stats: list[dict], key_masses: tuple[float, ...], widths: tuple[int, ...]) -> dict[tuple, dict]:
+    """{(key_mass, width): {class: number of heads}} over a grid of the two thresholds that define the classes."""
+    counts = {}
+    for mass in key_masses:
+        for width in widths:
+            labels = [classify(s, key_mass=mass, local_width=width) for s in stats]
+            counts[mass, width] = {c: sum(c in heads for heads in labels) for c in CLASSES}
+    return counts
+
+
 def positional_attention(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, min_query: int,
                          key_mass: float, local_width: int, max_offset: int, zoom: int,
-                         pool: int) -> Result:
-    """Layer-0 attention patterns of the position rows alone, each head's offset profile and class."""
+                         pool: int, key_mass_range: tuple[float, ...], width_factors: tuple[float, ...]) -> Result:
+    """Layer-0 attention patterns of the position rows alone, each head's offset profile and class; the class
+    counts again over a grid of thresholds (`key_mass_range`) and windows (`width_factors` times the model's)."""
     causal = shape.family == "gpt2"
     n = shape.n_ctx
+    local_width = scaled_width(local_width, n)
     queries = query_rows(n, causal, min_query)
     offsets = np.arange(0 if causal else -max_offset, max_offset + 1)
     profiles, zooms, pooled, rows, classes = [], [], [], [], []
@@ -79,13 +100,16 @@ def positional_attention(tensors: Mapping[str, np.ndarray], shape: ModelShape, *
         "min_query": Number(min_query, "d", "queries i < min_query are left out of every average"),
         "key_mass": Number(key_mass, ".2f", "mean attention on one key that makes a current-, previous-token or "
                                               "first-position head"),
-        "local_width": Number(local_width, "d", "largest half-width |i − j| of a local-window head"),
+        "local_width": Number(local_width, "d", f"largest half-width |i − j| of a local-window head (scaled with the "
+                                                f"context: {REFERENCE_CONTEXT} positions take the window of GPT-2)"),
         "pool": Number(pool, "d", "tile size of the max-pooled full patterns"),
         "zoom": Number(zoom, "d", "positions shown in the zoomed patterns"),
     }
+    all_stats = []
     for head, S in layer0_heads(tensors, shape):
         A = attention_pattern(S, causal)
         stats = head_statistics(A, queries)
+        all_stats.append(stats)
         labels = classify(stats, key_mass=key_mass, local_width=local_width)
         label = " + ".join(labels)
         classes.append(labels)
@@ -105,6 +129,20 @@ def positional_attention(tensors: Mapping[str, np.ndarray], shape: ModelShape, *
         key = label.replace("-", "_").replace(" ", "_")
         numbers[f"n_{key}"] = Number(len(members), "d", f"layer-0 heads classified {label}")
         numbers[f"heads_{key}"] = Text(spoken_list(members), f"the layer-0 heads classified {label}")
+    widths = tuple(max(2, round(f * local_width)) for f in width_factors)
+    grid = class_counts(all_stats, key_mass_range, widths)
+    for label in CLASSES:
+        key = label.replace("-", "_").replace(" ", "_")
+        over = [c[label] for c in grid.values()]
+        numbers[f"n_{key}_min"] = Number(min(over), "d", f"fewest {label} heads over the grid of thresholds and windows")
+        numbers[f"n_{key}_max"] = Number(max(over), "d", f"most {label} heads over the grid of thresholds and windows")
+    numbers |= {"key_mass_low": Number(min(key_mass_range), ".2f", "lowest mass threshold of the grid"),
+                "key_mass_high": Number(max(key_mass_range), ".2f", "highest mass threshold of the grid"),
+                "width_low": Number(min(widths), "d", "narrowest local window of the grid"),
+                "width_high": Number(max(widths), "d", "widest local window of the grid")}
+    grid_table = Table(("mass threshold", "window", *CLASSES),
+                       tuple((mass, width, *(c[label] for label in CLASSES)) for (mass, width), c in grid.items()),
+                       formats={"mass threshold": ".2f"})
     both = [h for h, c in enumerate(classes) if len(c) > 1]
     numbers["n_several_keys"] = Number(len(both), "d", "layer-0 heads above the threshold on more than one key")
     numbers["heads_several_keys"] = Text(spoken_list(both), "the layer-0 heads above the threshold on several keys")
@@ -113,7 +151,7 @@ def positional_attention(tensors: Mapping[str, np.ndarray], shape: ModelShape, *
                   formats={"argmax i−1": ".0%", "argmax i": ".0%", "argmax 0": ".0%", "mass self": ".3f", "mass i−1": ".3f",
                            "mass 0": ".3f", "mean |i−j|": ".1f", "entropy (nats)": ".2f"},
                   accuracy=dict.fromkeys(("argmax i−1", "argmax i", "argmax 0"), COUNT_SHARE))
-    return Result(numbers, {"heads": table},
+    return Result(numbers, {"heads": table, "class_grid": grid_table},
                   {"profiles": np.array(profiles), "offsets": offsets, "zooms": np.array(zooms),
                    "pooled": np.array(pooled), "classes": np.array([" + ".join(c) for c in classes]),
                    "masses": np.array([[r[5], r[6], r[7]] for r in rows])})
@@ -217,7 +255,8 @@ def plot_profiles(result: Result, shape: ModelShape):
 register(
     "positional_attention", "Layer-0 attention of the position rows alone", positional_attention,
     needs=NEEDS, family_needs=FAMILY_NEEDS,
-    params={"min_query": 32, "key_mass": 0.2, "local_width": 32, "max_offset": 64, "zoom": 48, "pool": 4},
+    params={"min_query": 32, "key_mass": 0.2, "local_width": 32, "max_offset": 64, "zoom": 48, "pool": 4,
+            "key_mass_range": (0.15, 0.2, 0.25), "width_factors": (0.5, 1.0, 2.0)},
     figures={"patterns": plot_patterns, "zoom": plot_zoom, "profiles": plot_profiles, "masses": plot_masses},
     groups=("first report",),
 )

@@ -129,7 +129,7 @@ def test_positional_attention_classifies_planted_previous_and_current_token_head
 
     tensors, shape = circle_heads()
     result = positional_attention(tensors, shape, min_query=8, key_mass=0.2, local_width=4, max_offset=8, zoom=8,
-                                  pool=4)
+                                  pool=4, key_mass_range=(0.2,), width_factors=(1.0,))
     assert result.tables["heads"].column("class") == ["previous-token", "current-token"]
     numbers = {k: v.value for k, v in result.numbers.items()}
     assert numbers["head0_mass_prev"] == pytest.approx(1.0, abs=1e-5)
@@ -203,7 +203,7 @@ def test_head_statistics_average_exactly_the_queries_from_min_query():
 
     tensors, shape = uniform_heads(16)
     n = positional_attention(tensors, shape, min_query=8, key_mass=0.2, local_width=32, max_offset=4, zoom=8,
-                             pool=4).numbers
+                             pool=4, key_mass_range=(0.2,), width_factors=(1.0,)).numbers
     mass = float(sum(Fraction(1, i + 1) for i in range(8, 16)) / 8)
     assert n["head0_mean_distance"].value == pytest.approx(23 / 4, rel=1e-12)
     for key in ("mass_first", "mass_self", "mass_prev"):
@@ -239,6 +239,26 @@ def test_positional_attention_uses_the_key_mass_it_is_given():
     params = registered_params("positional_attention")
     tensors, shape = uniform_heads(4)
     result = positional_attention(tensors, shape, min_query=1, key_mass=params["key_mass"],
-                                  local_width=params["local_width"], max_offset=2, zoom=4, pool=2)
+                                  local_width=params["local_width"], max_offset=2, zoom=4, pool=2,
+                                  key_mass_range=params["key_mass_range"], width_factors=params["width_factors"])
     assert result.numbers["head0_mass_self"].value == pytest.approx(13 / 36, rel=1e-12)
     assert result.tables["heads"].column("class") == ["current-token + previous-token + first-position"]
+
+
+def test_the_local_window_scales_with_the_context():
+    from analyses.positional_attention import scaled_width
+
+    assert [scaled_width(32, n) for n in (1024, 512, 256, 16)] == [32, 16, 8, 2]
+
+
+def test_class_counts_over_the_grid_follow_the_thresholds():
+    """Two heads: one with 0.22 on the previous key (a previous-token head at 0.15 and 0.20, not at 0.25, where its
+    half-width 10 makes it local for a window of 16 or more, diffuse for 8), one diffuse with half-width 40."""
+    from analyses.positional_attention import class_counts
+
+    stats = [{"mass_self": 0.05, "mass_prev": 0.22, "mass_first": 0.0, "half_width": 10},
+             {"mass_self": 0.01, "mass_prev": 0.01, "mass_first": 0.01, "half_width": 40}]
+    grid = class_counts(stats, (0.15, 0.2, 0.25), (8, 16, 64))
+    assert grid[0.2, 16]["previous-token"] == 1 and grid[0.2, 16]["diffuse"] == 1
+    assert grid[0.25, 16]["local window"] == 1 and grid[0.25, 8]["diffuse"] == 2
+    assert grid[0.25, 64]["local window"] == 2 and grid[0.15, 64]["previous-token"] == 1
