@@ -139,7 +139,8 @@ def test_a_format_loses_only_the_decimals_the_accuracy_does_not_fix():
     assert stable_format(0.123456, ".4f", loose) == ".4f"
     assert stable_format(0.12345, ".4f", loose) == ".3f"  # 0.12345 ± 1.2e-6 straddles the fourth decimal
     assert stable_format(0.05, ".1%", Accuracy(abs=1e-3, basis="test")) == ".0%"
-    assert stable_format(0.30, "sci2", loose) == "sci2"  # only fixed-point and percent formats are shortened
+    assert stable_format(0.30, "sci2", loose) == "sci2"  # fixed-point, percent and significant digits are shortened
+    assert stable_format(0.123455, ".5g", loose) == ".4g" and stable_format(0.15, ".1g", Accuracy(abs=0.1, basis="t")) == ".1g"
 
 
 # ---- the perturbation check: declared accuracies proved at rounding level, not only by the kernels at hand ----

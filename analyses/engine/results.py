@@ -75,14 +75,14 @@ def printed_stably(value: float | int, fmt: str, accuracy: Accuracy) -> bool:
     return format_value(value - tolerance, fmt) == text == format_value(value + tolerance, fmt)
 
 
-_FIXED = re.compile(r"(,?)\.(\d+)([f%])")
+_FIXED = re.compile(r"(,?)\.(\d+)([f%g])")
 
 
 def stable_format(value: float | int, fmt: str, accuracy: Accuracy) -> str:
-    """`fmt`, or the same fixed-point or percent format with as many fewer decimals as it takes for the declared
-    accuracy to fix every printed digit (no digit is printed that the computation does not fix)."""
+    """`fmt`, or the same fixed-point, percent or significant-digit format with as many fewer digits as it takes for
+    the declared accuracy to fix every printed digit (no digit is printed that the computation does not fix)."""
     match = _FIXED.fullmatch(fmt)
-    while match and int(match[2]) > 0 and not printed_stably(value, fmt, accuracy):
+    while match and int(match[2]) > (1 if match[3] == "g" else 0) and not printed_stably(value, fmt, accuracy):
         fmt = f"{match[1]}.{int(match[2]) - 1}{match[3]}"
         match = _FIXED.fullmatch(fmt)
     return fmt
