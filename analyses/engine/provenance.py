@@ -9,6 +9,7 @@ shapes no cached byte, so it is in no analysis's code hash.
 
 from __future__ import annotations
 
+import html
 import inspect
 import json
 import re
@@ -274,65 +275,140 @@ def recompute(cited: Cited, job, cache: Cache) -> tuple[str, int]:
 
 # --- the generated page and the filter's data -------------------------------------------------------------
 
+def key_anchor(key: str) -> str:
+    """The id of a cited key's row in the appendix, in both formats (a link lands on the row, not the entry)."""
+    return "key-" + key.replace(".", "--").replace("_", "-")
+
+
 def _code_span(text: str) -> str:
     ticks = "``" if "`" in text else "`"
     return f"{ticks}{text}{ticks}"
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
+def _chapter_href(source: str) -> str:
+    target = Path(source).with_suffix(".html")
+    return target.name if target.parent == PAGE.parent else "../" + target.as_posix()
 
 
-def _chapter_link(source: str) -> str:
-    target = Path(source)
-    relative = target.name if target.parent == PAGE.parent else "../" + target.as_posix()
-    return f"[{target.stem}]({relative})"
+def _html(text: str) -> str:
+    """Printed text as HTML: escaped, its `code` spans (a few printed values hold one) as <code>."""
+    parts = html.escape(str(text), quote=True).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
 
 
-def _pages_placeholder(cites: Counter) -> str:
-    """Stands for the page list until the PDF's filter puts it in: as wide, so that the tables' column
-    widths (report/_scripts/table-widths.lua) leave it room."""
-    return ", ".join(["000"] * min(sum(cites.values()), 12))
+def _keys_table(keys: list[Cited], cites: Citations) -> list[str]:
+    """On the web, the entry's cited keys, one row each with its own id: the row a cited number links to."""
+    rows = []
+    for c in keys:
+        cited_in = ", ".join(f'<a href="{_chapter_href(s)}">{html.escape(Path(s).stem)}</a>'
+                             for s in sorted(cites.keys[c.key]))
+        unrounded = f"<code>{html.escape(_value(c.value))}</code>" if _numeric(c.value) else "—"
+        rows.append(f'<tr id="{key_anchor(c.key)}"><td><code>{html.escape(c.key.split(".", 2)[2])}</code></td>'
+                    f"<td>{_html(c.text)}</td><td>{unrounded}</td><td>{html.escape(c.accuracy_text)}</td>"
+                    f"<td>{cited_in}</td></tr>")
+    return ["```{=html}", '<table class="table table-sm provenance-keys">',
+            "<thead><tr><th>key</th><th>printed</th><th>unrounded value</th><th>declared accuracy</th>"
+            "<th>cited in</th></tr></thead>", "<tbody>", *rows, "</tbody></table>", "```", ""]
 
 
 def _entry_section(entry: Entry, keys: list[Cited], cites: Citations) -> list[str]:
-    """On the web, what computed the entry from what, at a glance, with the recompute commands; the code hash,
-    libraries, status and cited numbers folded below. In print, the function and the pages of each number."""
+    """On the web: what computed the entry from what, at a glance, with the recompute commands; the code hash,
+    libraries and status folded below; then every cited key of it, one row each."""
     out = [f"## {entry.scope} · {entry.name} {{#{entry.anchor} .unnumbered}}", ""]
     inputs = " and ".join(f"{_code_span(f)} (sha256 {_code_span(d)})" for f, d in sorted(entry.inputs.items()))
     params = ", ".join(_code_span(f"{k}={json.dumps(v, sort_keys=True)}") for k, v in sorted(entry.params.items()))
-    html = ["::: {.content-visible when-format=\"html\"}", "",
-            f"*{entry.title}.* Computed by {_code_span(entry.function)}, defined in {_code_span(entry.where)}, "
+    out += [f"*{entry.title}.* Computed by {_code_span(entry.function)}, defined in {_code_span(entry.where)}, "
             + (f"from {inputs}" if inputs else "from no weights") + (f", with {params}." if params else "."), ""]
     example = next((c.key for c in keys if _numeric(c.value)), keys[0].key if keys else None)
-    html += ["```bash", *entry.commands(example), "```", "",
-             f"<details><summary>Code hash, libraries, status{' and the ' + str(len(keys)) + ' cited numbers' if keys else ''}"
-             "</summary>", ""]
+    out += ["```bash", *entry.commands(example), "```", "",
+            "<details><summary>Code hash, libraries and status</summary>", ""]
     if entry.code:
-        html.append(f"- **Code hash** (every module on its path): {_code_span(entry.code)}")
+        out.append(f"- **Code hash** (every module on its path): {_code_span(entry.code)}")
     if entry.libraries:
-        html.append("- **Libraries**: " + ", ".join(f"{k} {v}" for k, v in sorted(entry.libraries.items())))
-    html.append(f"- **Status**: {entry.status}" + (f" ({entry.reason})" if entry.reason else "")
-                + "; every output matches the sha256 its manifest records")
+        out.append("- **Libraries**: " + ", ".join(f"{k} {v}" for k, v in sorted(entry.libraries.items())))
+    out.append(f"- **Status**: {entry.status}" + (f" ({entry.reason})" if entry.reason else "")
+               + "; every output matches the sha256 its manifest records")
     if cites.figures.get(entry.label):
-        html.append("- **Figures**: " + ", ".join(_code_span(f) for f in cites.figures[entry.label]))
-    html.append("")
-    if keys:
-        html += ["| key | printed | unrounded value | declared accuracy | cited in |", "|:--|:--|:--|:--|:--|"]
-        html += [f"| {_code_span(c.key.split('.', 2)[2])} | {_cell(c.text)} | "
-                 f"{_code_span(_value(c.value)) if _numeric(c.value) else '—'} | {c.accuracy_text} | "
-                 f"{', '.join(_chapter_link(s) for s in sorted(cites.keys[c.key]))} |" for c in keys]
-        html.append("")
-    html += ["</details>", ""]
-    out += [*html, ":::", ""]
-    pdf = ["::: {.content-visible when-format=\"pdf\"}", "",
-           f"{entry.title}: {_code_span(entry.function.rsplit('.', 1)[1])} in {_code_span(entry.where)}.", ""]
-    if keys:
-        pdf += ["| key | printed | pages |", "|:--|:--|:--|"]
-        pdf += [f"| {_code_span(c.key.split('.', 2)[2])} | {_cell(c.text)} | "
-                f"[{_pages_placeholder(cites.keys[c.key])}]{{.cited-pages data-key=\"{c.key}\"}} |" for c in keys]
-        pdf.append("")
-    return out + pdf + [":::", ""]
+        out.append("- **Figures**: " + ", ".join(_code_span(f) for f in cites.figures[entry.label]))
+    out += ["", "</details>", ""]
+    return out + (_keys_table(keys, cites) if keys else [])
+
+
+# --- the PDF's listing: compact, in two columns, no heading per entry ----------------------------------------
+
+HASH_DIGITS = 16
+"""The hex digits of a hash printed in the PDF (the web page and the manifests hold all 64)."""
+
+_LATEX = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "$": r"\$", "&": r"\&", "#": r"\#",
+          "^": r"\^{}", "_": r"\_", "%": r"\%", "~": r"\~{}"}
+
+
+def _latex(text: str) -> str:
+    """Text for LaTeX: specials escaped, `code` spans in typewriter, and room to break inside long words
+    (a 64-digit hash, a long key) so that nothing runs out of its column."""
+    def word(w: str) -> str:
+        chunks = [w[i:i + 12] for i in range(0, len(w), 12)] if len(w) > 24 else [w]
+        return r"\hspace{0pt}".join("".join(_LATEX.get(ch, ch) for ch in chunk) for chunk in chunks)
+
+    def plain(t: str) -> str:
+        return " ".join(word(w) for w in t.split(" "))
+
+    parts = str(text).split("`")
+    return "".join(rf"\texttt{{{plain(p)}}}" if i % 2 else plain(p) for i, p in enumerate(parts))
+
+
+def _latex_key(name: str) -> str:
+    """A key or a path in typewriter, breakable after each underscore and slash (only where the column needs it)."""
+    return r"\texttt{" + re.sub(r"([_/])", lambda m: _LATEX.get(m.group(1), m.group(1)) + r"\penalty200{}",
+                                  "".join(_LATEX.get(ch, ch) if ch not in "_/" else ch for ch in name)) + "}"
+
+
+def _short_accuracy(accuracy: dict | None) -> str:
+    """A declared accuracy as the PDF's listing prints it: "±1e-9 rel.", "±5e-5", "exact", "text", "bound"."""
+    if not accuracy:
+        return "text"
+    if str(accuracy.get("basis", "")).startswith("a bound"):
+        return "bound"
+
+    def number(x: float) -> str:
+        return re.sub(r"e([-+])0*(\d)", lambda m: "e" + ("-" if m.group(1) == "-" else "") + m.group(2), f"{x:.3g}")
+
+    rel, abs_ = accuracy.get("rel") or 0, accuracy.get("abs") or 0
+    parts = [f"±{number(rel)} rel."] * bool(rel) + [f"±{number(abs_)}"] * bool(abs_)
+    return " or ".join(parts) if parts else "exact"
+
+
+def _hashes(inputs: dict[str, str]) -> str:
+    return ", ".join(rf"{_latex(f)} \texttt{{{d[:HASH_DIGITS]}}}" for f, d in sorted(inputs.items()))
+
+
+def _pdf_listing(groups: list[tuple[Entry, list[Cited]]], libraries: dict[str, str]) -> str:
+    """The PDF's appendix body, in raw LaTeX: per model (scope) its shared inputs' hashes, per entry its function
+    and code hash, per cited key a line with its printed value, declared accuracy and pages. The pages are
+    `\\citedpagesof{KEY}`, which report/_scripts/provenance-pages.lua replaces with the pages that cite KEY; the
+    macros are defined in _quarto.yml."""
+    out = [r"\begingroup\scriptsize\raggedright\begin{multicols}{2}\raggedcolumns"]
+    if libraries:
+        out.append(r"\provnote{Libraries of every entry: "
+                   + _latex(", ".join(f"{k} {v}" for k, v in sorted(libraries.items()))) + ".}")
+    for scope in dict.fromkeys(entry.scope for entry, _ in groups):
+        mine = [(entry, keys) for entry, keys in groups if entry.scope == scope]
+        shared = dict(set.intersection(*(set(e.inputs.items()) for e, _ in mine))) if len(mine) > 1 else {}
+        out.append(rf"\provscope{{{_latex(scope)}}}{{" + (rf"inputs: {_hashes(shared)}" if shared else
+                                                            "inputs: per entry") + "}")
+        for entry, keys in mine:
+            own = {f: d for f, d in entry.inputs.items() if shared.get(f) != d}
+            details = ([rf"code \texttt{{{entry.code[:HASH_DIGITS]}}}"] * bool(entry.code)
+                       + [_hashes(own)] * bool(own)
+                       + [_latex(f"status {entry.status}" + (f" ({entry.reason})" if entry.reason else ""))]
+                       * (entry.status != "ok"))
+            function = entry.function.rsplit(".", 1)[1]
+            where = (f"{_latex_key(function)} in " if function != entry.name else "") + _latex_key(entry.where)
+            out.append(rf"\proventry{{{_latex(entry.scope)}.{_latex_key(entry.name)}}}{{{'; '.join([where, *details])}}}")
+            out += [rf"\provkey{{{key_anchor(c.key)}}}{{{_latex_key(c.key.split('.', 2)[2])}}}{{{_latex(c.text)}}}"
+                    rf"{{{_latex(_short_accuracy(c.accuracy))}}}{{\citedpagesof{{{c.key}}}}}" for c in keys]
+    out.append(r"\end{multicols}\endgroup")
+    return "\n".join(["```{=latex}", *out, "```", ""])
 
 
 HEADER = """\
@@ -341,19 +417,28 @@ HEADER = """\
 # Provenance of the cited numbers {#sec-provenance}
 
 Every number this book cites comes from one cache entry, computed by one analysis from the inputs listed
-below; nothing is typed by hand. For each entry: the function that computed it (its module and the file
-and line in the repository, which has no public remote, so the path is relative to it), the hash of its
-code, its parameters, the SHA-256 of every input file, the library versions, and the command that
-recomputes it and compares the result with the cache at each value's declared accuracy. On the web, every
-cited number links here, and its tooltip gives its key, unrounded value and declared accuracy.
-In print, each key is listed with the pages that cite it; a number printed inside a formula is listed with
-the page of that formula.
-"""
+below; nothing is typed by hand. `python -m analyses explain KEY --recompute` recomputes any of them and
+compares the result with the cache at the value's declared accuracy; `python -m analyses verify` does so for
+every entry.
 
+::: {.content-visible when-format="html"}
+For each entry: the function that computed it (its module, and its file and line in the repository, which
+has no public remote, so the path is relative to it), its parameters, the SHA-256 of every input file, the
+commands that recompute it, and, folded, the hash of its code, the library versions and its status; then
+every key the book cites from it, with its printed and unrounded value, its declared accuracy and the
+chapters that cite it. Every cited number in the book links to its key's row here, and its tooltip gives
+the key, the unrounded value and the declared accuracy.
+:::
 
-PRINT_SIZE = ("```{=latex}\n\\begingroup\\let\\small\\footnotesize % the appendix's tables in \\footnotesize\n```\n",
-              "```{=latex}\n\\endgroup\n```\n")
-"""In print, the appendix's tables (which _quarto.yml sets in \\small) are set one size smaller."""
+::: {.content-visible when-format="pdf"}
+Below, per model, the inputs its entries share (file and the first HASH_DIGITS hex digits of its SHA-256);
+per entry, its key prefix, the function that computed it with its file and line, and the first HASH_DIGITS
+hex digits of its code hash; per cited key, its printed value, declared accuracy (rel.: relative to the
+value; text: printed as computed; bound: the value stays below it) and the pages that print it (a number
+inside a formula counts on the formula's page). The web version of this appendix holds the full hashes,
+parameters, library versions and unrounded values.
+:::
+""".replace("HASH_DIGITS", str(HASH_DIGITS))
 
 
 @dataclass(frozen=True)
@@ -373,22 +458,30 @@ class Provenance:
         return sorted([k for k in self.cites.keys if k not in self.cited]
                       + [f for f in self.cites.figures if f not in self.entries])
 
-    def page(self) -> str:
-        """The provenance appendix: one section per entry the book cites (numbers or figures)."""
+    def _groups(self) -> list[tuple[Entry, list[Cited]]]:
+        """Each entry the book cites (numbers or figures), in order, with the keys it cites from it."""
         wanted = {self.cited[k].entry.label for k in self.cites.keys if k in self.cited} | (
             set(self.cites.figures) & set(self.entries))
-        parts = [HEADER, PRINT_SIZE[0]]
-        for label, entry in sorted(self.entries.items(), key=lambda item: (item[1].scope, item[1].name != "model",
-                                                                           item[0])):
-            if label in wanted:
-                keys = [c for k, c in sorted(self.cited.items()) if c.entry is entry and k in self.cites.keys]
-                parts.append("\n".join(_entry_section(entry, keys, self.cites)))
-        return "\n".join([*parts, PRINT_SIZE[1]]).rstrip() + "\n"
+        order = sorted(self.entries.items(), key=lambda item: (item[1].scope, item[1].name != "model", item[0]))
+        return [(entry, [c for k, c in sorted(self.cited.items()) if c.entry is entry and k in self.cites.keys])
+                for label, entry in order if label in wanted]
+
+    def page(self) -> str:
+        """The provenance appendix: on the web one section per entry the book cites, in print one listing."""
+        groups = self._groups()
+        parts = [HEADER, '::: {.content-visible when-format="html"}', ""]
+        for entry, keys in groups:
+            parts.append("\n".join(_entry_section(entry, keys, self.cites)))
+        libraries = [set(entry.libraries.items()) for entry, _ in groups if entry.libraries]
+        parts += [":::", "", _pdf_listing(groups, dict(set.intersection(*libraries)) if libraries else {})]
+        return "\n".join(parts).rstrip() + "\n"
 
     def data(self) -> str:
-        """What the Lua filter needs: each cited key's entry anchor and tooltip, and each figure entry's."""
-        keys = {k: {"anchor": self.cited[k].entry.anchor, "title": tooltip(self.cited[k])}
+        """What the Lua filter needs: each cited key's row anchor and tooltip, and each figure entry's anchor."""
+        keys = {k: {"anchor": key_anchor(k), "title": tooltip(self.cited[k])}
                 for k in sorted(self.cites.keys) if k in self.cited}
+        if len({v["anchor"] for v in keys.values()}) < len(keys):
+            raise ValueError("two cited keys share a row anchor (provenance.key_anchor)")
         figures = {label: {"anchor": self.entries[label].anchor,
                            "title": f"Computed by {label} ({self.entries[label].function}, "
                                     f"{self.entries[label].where}): its code, parameters and inputs"}

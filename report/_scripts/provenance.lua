@@ -49,7 +49,7 @@ local function shortcode_params(span)
   return out
 end
 
--- A cited value (or formula): on the web a quiet link to its analysis's entry, with the key, unrounded
+-- A cited value (or formula): on the web a quiet link to its key's row, with the key, unrounded
 -- value and declared accuracy as its tooltip; elsewhere a `.cited` span (provenance-pages.lua).
 local function cited_span(content, keys)
   local attr = pandoc.Attr("", {"cited"}, {{"data-key", table.concat(keys, " ")}})
@@ -81,19 +81,28 @@ local function entries_shown(el)
   return found
 end
 
+-- A caption's quiet link to the entries that drew the figure: "provenance", or with several entries one link
+-- per model (or per entry, where a model drew two); their tooltips say which analysis computed it.
 local function caption_links(labels)
-  local inlines = pandoc.Inlines({pandoc.Str("Computed by")})
+  local scopes = {}
+  for _, label in ipairs(labels) do
+    local scope = label:match("^[^/]+")
+    scopes[scope] = (scopes[scope] or 0) + 1
+  end
+  local inlines = pandoc.Inlines({})
+  if #labels > 1 then inlines:insert(pandoc.Str("provenance:")) end
   for i, label in ipairs(labels) do
     local figure = provenance().figures[label]
     if figure == nil then
       quarto.log.warning("provenance.lua: no provenance entry for the figure of " .. label)
       return nil
     end
-    inlines:insert(pandoc.Space())
-    inlines:insert(pandoc.Link(pandoc.Inlines({pandoc.Code(label)}), page_href(figure.anchor), figure.title))
-    if i < #labels then inlines:insert(pandoc.Str(",")) end
+    local scope = label:match("^[^/]+")
+    local text = #labels == 1 and "provenance" or (scopes[scope] == 1 and scope or label)
+    if i > 1 then inlines:extend({pandoc.Space(), pandoc.Str("·")}) end
+    if #inlines > 0 then inlines:insert(pandoc.Space()) end
+    inlines:insert(pandoc.Link(pandoc.Inlines({pandoc.Str(text)}), page_href(figure.anchor), figure.title))
   end
-  inlines:insert(pandoc.Str("."))
   return pandoc.Span(inlines, pandoc.Attr("", {"provenance-link"}))
 end
 
