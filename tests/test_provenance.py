@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -49,12 +50,23 @@ def test_each_entry_names_the_function_where_it_is_defined(book):
         assert re.match(rf"\s*def {name}\(", line), f"{entry.label}: {entry.where} is {line!r}, not def {name}"
 
 
-def test_every_cited_key_has_its_tooltip_and_anchor(book):
+def _html_part(page: str) -> str:
+    return page[page.index('::: {.content-visible when-format="html"}\n\n## '):page.index("```{=latex}")]
+
+
+def _latex_part(page: str) -> str:
+    return page[page.index("```{=latex}"):]
+
+
+def test_every_cited_key_has_its_tooltip_and_its_own_row(book):
+    """A cited number links to its key's row (not to its entry): one id per key, unique, on that key's row."""
     data = json.loads((REPO / provenance.DATA).read_text())
     page = (REPO / provenance.PAGE).read_text()
+    anchors = [data["keys"][key]["anchor"] for key in book.cites.keys]
+    assert len(set(anchors)) == len(anchors), "two cited keys share a row"
     for key in book.cites.keys:
         cited, shown = book.cited[key], data["keys"][key]
-        assert shown["anchor"] == cited.entry.anchor and f"{{#{shown['anchor']} " in page
+        assert shown["anchor"] == provenance.key_anchor(key) and page.count(f'<tr id="{shown["anchor"]}">') == 1
         assert shown["title"].startswith(f"{key} = ")
         assert provenance.accuracy_text(cited.accuracy) in shown["title"]
         if isinstance(cited.value, float):
@@ -63,12 +75,64 @@ def test_every_cited_key_has_its_tooltip_and_anchor(book):
         assert shown["anchor"] == book.entries[label].anchor
 
 
-def test_each_cited_key_is_in_its_entrys_table_in_both_formats(book):
+def test_each_cited_key_is_a_row_of_its_entry_in_both_formats(book):
+    """On the web, the key's row (its id, its name, printed value and accuracy) is in its entry's section; in
+    print, its line (anchor, name, printed value, accuracy, pages) follows its entry's line."""
     page = (REPO / provenance.PAGE).read_text()
+    web, pdf = _html_part(page), _latex_part(page)
     for key in book.cites.keys:
-        assert f'data-key="{key}"' in page, f"{key}: no row with its pages in the PDF appendix"
-        section = page[page.index(f"{{#{book.cited[key].entry.anchor} "):]
-        assert f"| `{key.split('.', 2)[2]}` |" in section.split("\n## ")[0], f"{key}: not in its entry's table"
+        cited = book.cited[key]
+        scope, name, field = key.split(".", 2)
+        section = web[web.index(f"{{#{cited.entry.anchor} "):].split("\n## ")[0]
+        row = re.search(rf'<tr id="{provenance.key_anchor(key)}"><td><code>([^<]*)</code></td><td>(.*?)</td>'
+                        rf"<td>.*?</td><td>([^<]*)</td>", section)
+        assert row, f"{key}: no row in its entry's section"
+        assert row.group(1) == field and row.group(3) == provenance.accuracy_text(cited.accuracy)
+        assert row.group(2) == provenance._html(cited.text)
+        entry = pdf.index(rf"\proventry{{{provenance._latex(scope)}.{provenance._latex_key(name)}}}")
+        line = next(line for line in pdf[entry:].splitlines() if line.startswith(
+            rf"\provkey{{{provenance.key_anchor(key)}}}"))
+        assert line == (rf"\provkey{{{provenance.key_anchor(key)}}}{{{provenance._latex_key(field)}}}"
+                        rf"{{{provenance._latex(cited.text)}}}{{{provenance._latex(provenance._short_accuracy(cited.accuracy))}}}"
+                        rf"{{\citedpagesof{{{key}}}}}"), f"{key}: its line in print is {line!r}"
+
+
+def test_the_print_listing_has_no_heading_and_each_hash_once(book):
+    """In the PDF the appendix is one listing: no heading per entry (the table of contents lists the appendix
+    alone), each entry's code hash printed once, each model's shared inputs once."""
+    page = (REPO / provenance.PAGE).read_text()
+    outside_web = page.replace(_html_part(page), "")
+    assert re.findall(r"^#+ ", outside_web, re.M) == ["# "], "a heading in the PDF's part of the appendix"
+    pdf = _latex_part(page)
+    listed = [entry for label, entry in book.entries.items() if label in {
+        book.cited[k].entry.label for k in book.cites.keys} | set(book.cites.figures)]
+    codes = Counter(entry.code[:provenance.HASH_DIGITS] for entry in listed if entry.code)
+    assert codes and all(pdf.count(code) == n for code, n in codes.items()), "a code hash not once per entry"
+    for scope in {entry.scope for entry in listed}:
+        weights = {entry.inputs.get("model.safetensors") for entry in listed if entry.scope == scope}
+        if len(weights) == 1 and None not in weights and sum(e.scope == scope for e in listed) > 1:
+            assert pdf.count(weights.pop()[:provenance.HASH_DIGITS]) == 1, f"{scope}: its weights' hash repeated"
+    lines = [line for line in pdf.splitlines() if line.startswith("\\provkey")]
+    assert len(lines) == len(book.cites.keys) and not any(code in line for line in lines for code in codes)
+
+
+def test_latex_text_escapes_every_special():
+    text = provenance._latex(r"63.28% of a_b, $x$ {y} #1 ^2 ~ \ & `code_x`")
+    assert re.search(r"(?<!\\)[%$#&_{}^~]", re.sub(r"\\(texttt|textbackslash|hspace)\{[^}]*\}|\\[\^~]\{\}", "", text)
+                     .replace("\\texttt{", "").replace("}", "")) is None, text
+    assert r"\texttt{code\_x}" in text and r"\%" in text and r"\textbackslash{}" in text
+    long = provenance._latex("51a4d6ed5592001b9386e2f292d3953132a2662240eb8ad08533d625f1259717")
+    assert long.count(r"\hspace{0pt}") == 5, "a 64-digit hash can break in its column"
+    assert provenance._latex_key("a_b/c") == r"\texttt{a\_\penalty200{}b/\penalty200{}c}"
+
+
+def test_short_accuracy_in_print():
+    assert provenance._short_accuracy({"rel": 1e-9, "abs": 0.0}) == "±1e-9 rel."
+    assert provenance._short_accuracy({"rel": 1e-7, "abs": 1e-6}) == "±1e-7 rel. or ±1e-6"
+    assert provenance._short_accuracy({"rel": 0.0, "abs": 5e-5}) == "±5e-5"
+    assert provenance._short_accuracy({"rel": 0.0, "abs": 0.0}) == "exact"
+    assert provenance._short_accuracy(None) == "text"
+    assert provenance._short_accuracy({"rel": 0.0, "abs": 0.0, "basis": "a bound from the draws"}) == "bound"
 
 
 def test_accuracy_in_words():
