@@ -85,9 +85,10 @@ def test_each_cited_key_is_a_row_of_its_entry_in_both_formats(book):
         scope, name, field = key.split(".", 2)
         section = web[web.index(f"{{#{cited.entry.anchor} "):].split("\n## ")[0]
         row = re.search(rf'<tr id="{provenance.key_anchor(key)}"><td><code>([^<]*)</code></td><td>(.*?)</td>'
-                        rf"<td>.*?</td><td>([^<]*)</td>", section)
+                        rf'<td>.*?</td><td title="([^"]*)">([^<]*)</td>', section)
         assert row, f"{key}: no row in its entry's section"
         assert row.group(1) == field and row.group(3) == provenance.accuracy_text(cited.accuracy)
+        assert row.group(4) == provenance._short_accuracy(cited.accuracy)
         assert row.group(2) == provenance._html(cited.text)
         entry = pdf.index(rf"\proventry{{{provenance._latex(scope)}.{provenance._latex_key(name)}}}")
         line = next(line for line in pdf[entry:].splitlines() if line.startswith(

@@ -304,7 +304,8 @@ def _keys_table(keys: list[Cited], cites: Citations) -> list[str]:
                              for s in sorted(cites.keys[c.key]))
         unrounded = f"<code>{html.escape(_value(c.value))}</code>" if _numeric(c.value) else "—"
         rows.append(f'<tr id="{key_anchor(c.key)}"><td><code>{html.escape(c.key.split(".", 2)[2])}</code></td>'
-                    f"<td>{_html(c.text)}</td><td>{unrounded}</td><td>{html.escape(c.accuracy_text)}</td>"
+                    f"<td>{_html(c.text)}</td><td>{unrounded}</td>"
+                    f'<td title="{html.escape(c.accuracy_text)}">{html.escape(_short_accuracy(c.accuracy))}</td>'
                     f"<td>{cited_in}</td></tr>")
     return ["```{=html}", '<table class="table table-sm provenance-keys">',
             "<thead><tr><th>key</th><th>printed</th><th>unrounded value</th><th>declared accuracy</th>"
@@ -426,8 +427,9 @@ For each entry: the function that computed it (its module, and its file and line
 has no public remote, so the path is relative to it), its parameters, the SHA-256 of every input file, the
 commands that recompute it, and, folded, the hash of its code, the library versions and its status; then
 every key the book cites from it, with its printed and unrounded value, its declared accuracy and the
-chapters that cite it. Every cited number in the book links to its key's row here, and its tooltip gives
-the key, the unrounded value and the declared accuracy.
+chapters that cite it (accuracies: rel., relative to the value; text, printed as computed; bound, the value
+stays below it). Every cited number in the book links to its key's row here, and its tooltip gives the key,
+the unrounded value and the declared accuracy.
 :::
 
 ::: {.content-visible when-format="pdf"}
