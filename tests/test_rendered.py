@@ -9,12 +9,13 @@ once, into the normal `_book/`. Then:
   every figure and table numbered in order, chapter by chapter, and titled in the sidebar;
 - every page in headless Chromium, served from `_book/` over local HTTP with every other request
   blocked: no console error, math typeset (MathML), the interactive helix drawn by plotly, every
-  cited number a link to its analysis's entry on the provenance page (key, unrounded value and
-  accuracy in its tooltip), every cached figure's caption linked to its entry; a full-page
+  cited number a link that lands on its key's own row of the provenance page (key, unrounded value
+  and accuracy in its tooltip), every cached figure's caption linked to its entry; a full-page
   screenshot of each page goes to `_book/screenshots/<page>.png` for a person to look at;
-- the PDF: a sane page count, every figure and table captioned in its chapter, all fonts
-  embedded, the cited numbers printed in the chapters that cite them, and the provenance
-  appendix listing for them the pages that print them.
+- the PDF: the main text within its page budget (counted from the outline, per chapter), no
+  missing glyph, every figure and table captioned in its chapter, all fonts embedded, the cited
+  numbers printed in the chapters that cite them, and the provenance appendix, compact and out of
+  the table of contents, listing for them the pages that print them.
 
 Skipped, saying why, without Quarto on PATH (the browser tests without Chromium or Playwright);
 the pre-render step checks the cache against GPT-2's weights, so without GPT2_WEIGHTS the render
@@ -313,6 +314,7 @@ class Visit:
     cited: list[tuple[str, str, str]] = field(default_factory=list)  # (data-key, title, href) of each a.cited
     captions: dict[str, list[str]] = field(default_factory=dict)  # float id -> hrefs of its caption's provenance links
     ids: set[str] = field(default_factory=set)             # the ids of the page's elements
+    rows: dict[str, tuple[str, str]] = field(default_factory=dict)  # tr id -> (its first cell, its section's id)
     seconds: float = 0.0
 
 
@@ -380,6 +382,9 @@ def browser_visits(book, tmp_path_factory) -> dict[str, Visit]:
                     ".map(c => [c.id.replace(/-caption-.*$/, ''), [...c.querySelectorAll('.provenance-link a')]"
                     ".map(a => a.getAttribute('href'))]))")
                 visit.ids = set(tab.evaluate("() => [...document.querySelectorAll('[id]')].map(e => e.id)"))
+                visit.rows = {k: tuple(v) for k, v in tab.evaluate(
+                    "() => Object.fromEntries([...document.querySelectorAll('tr[id]')].map(r => [r.id,"
+                    " [r.cells[0].innerText.trim(), (r.closest('section[id]') || {}).id || '']]))").items()}
                 # the provenance appendix is one long page (every cited number): its full-page capture takes ~30 s
                 tab.screenshot(path=str(SCREENSHOTS / f"{current}.png"), full_page=True, timeout=120_000)
                 tab.close()
@@ -432,14 +437,32 @@ PROVENANCE = "provenance"
 
 
 def _provenance_target(href: str, visits: dict[str, Visit]) -> bool:
+    """A link to an entry of the provenance page (a figure's caption links there)."""
     path, _, anchor = href.partition("#")
     return path.endswith(f"{PROVENANCE}.html") and anchor.startswith("prov-") and anchor in visits[PROVENANCE].ids
 
 
+def _lands_on_row(key: str, href: str, visits: dict[str, Visit]) -> str | None:
+    """Why a cited number's link does not land on its key's own row of the provenance page (None if it does):
+    the target must be a table row whose first cell is the key's name, in the section of the key's entry."""
+    path, _, anchor = href.partition("#")
+    if not path.endswith(f"{PROVENANCE}.html"):
+        return f"{key} links to {href}, not to the provenance page"
+    if anchor not in visits[PROVENANCE].rows:
+        return f"{key} links to #{anchor}, which is no row of the provenance page"
+    scope, analysis, name = key.split(".", 2)
+    cell, section = visits[PROVENANCE].rows[anchor]
+    entry = f"prov-{scope}-{analysis}".replace("_", "-")
+    if (cell, section) != (name, entry):
+        return f"{key} lands on the row {cell!r} of section #{section}, not on {name!r} of #{entry}"
+    return None
+
+
 @pytest.mark.parametrize("name", [n for n in CHAPTER_IDS if n != PROVENANCE])
-def test_every_cited_number_links_to_its_provenance(browser_visits, name):
+def test_every_cited_number_links_to_its_own_row(browser_visits, name):
     """Every key the chapter cites in its text, tables and formulas is a link on the page: its tooltip starts
-    with the key, gives the declared accuracy, and its target is the analysis's entry on the provenance page."""
+    with the key and gives the declared accuracy, and it lands on the key's own row of the provenance page
+    (a formula citing several keys, on its first key's row)."""
     chapter = next(c for c in chapters() if c.name == name)
     source = re.sub(r'fig-alt="[^"]*"', "", expand(REPO / chapter.source))  # alt text holds no links
     expected = set(VAR.findall(source))
@@ -448,7 +471,8 @@ def test_every_cited_number_links_to_its_provenance(browser_visits, name):
     assert expected <= found, f"cited without a link: {sorted(expected - found)[:10]}"
     for keys, title, href in links:
         assert title.startswith(keys.split()[0] + " = ") and "declared accuracy" in title, f"{keys}: tooltip {title!r}"
-        assert _provenance_target(href, browser_visits), f"{keys} links to {href}, no entry of the provenance page"
+    wrong = [why for keys, _, href in links if (why := _lands_on_row(keys.split()[0], href, browser_visits))]
+    assert not wrong, "\n".join(wrong[:10])
 
 
 @pytest.mark.parametrize("name", [n for n in CHAPTER_IDS if n != PROVENANCE])
@@ -637,19 +661,124 @@ def pdf_layout_lines(pdf) -> list[tuple[int, str]]:
     return [(number, line) for number, page in enumerate(out.split("\f"), 1) for line in page.splitlines()]
 
 
+def _column_lines(words: list[tuple[float, float, float, float, str]]) -> list[str]:
+    """A two-column page's lines in reading order, the left column's first: words grouped by column (a word
+    across the middle belongs to neither) and by baseline, joined left to right."""
+    if not words:
+        return []
+    middle = (min(w[0] for w in words) + max(w[2] for w in words)) / 2
+    out = []
+    for column in ([w for w in words if w[2] <= middle], [w for w in words if w[0] >= middle]):
+        lines: list[list] = []
+        for w in sorted(column, key=lambda w: (w[3], w[0])):
+            if lines and abs(lines[-1][0][3] - w[3]) < 2:
+                lines[-1].append(w)
+            else:
+                lines.append([w])
+        out += [" ".join(w[4] for w in sorted(line, key=lambda w: w[0])) for line in lines]
+    return out
+
+
+@pytest.fixture(scope="session")
+def pdf_provenance(pdf_pages, pdf_words) -> tuple[int, list[str]]:
+    """The provenance appendix's first page (1-based) and its listing's lines, in reading order; a key broken
+    after an underscore, or whose value went to the next line, joined into one line."""
+    heading = next(c for c in chapters() if c.name == PROVENANCE).heading()
+    start = next(i for i, text in enumerate(pdf_pages) if text.startswith(heading) and ". . . . ." not in text)
+    lines: list[str] = []
+    for page in pdf_words[start:]:
+        for line in _column_lines(page):
+            if lines and (lines[-1].endswith("_") or re.fullmatch(r"[\w]+", lines[-1])):
+                lines[-1] += ("" if lines[-1].endswith("_") else " ") + line
+            else:
+                lines.append(line)
+    return start + 1, lines
+
+
 @pytest.mark.parametrize("name, key, value", spot_checks(), ids=lambda v: str(v))
-def test_pdf_provenance_lists_the_pages_that_print_each_number(pdf_pages, pdf_chapters, pdf_layout_lines, name,
+def test_pdf_provenance_lists_the_pages_that_print_each_number(pdf_pages, pdf_chapters, pdf_provenance, name,
                                                                 key, value):
-    """The appendix row of a cited number (key, printed value, pages) names pages that print the value."""
+    """The appendix's line of a cited number (key, printed value, declared accuracy, pages), under its entry's
+    line, names pages that print the value."""
     assert "??" not in pdf_chapters[PROVENANCE], "an unresolved page reference in the provenance appendix"
-    start = next(i for i, text in enumerate(pdf_pages) if text.startswith(
-        next(c for c in chapters() if c.name == PROVENANCE).heading()) and ". . . . ." not in text) + 1
+    _, lines = pdf_provenance
     scope, analysis, field = key.split(".", 2)
-    row = re.compile(rf"^\s*{re.escape(field)}\s+{re.escape(value)}\s+((?:\d+, )*\d+)\s*$")
-    lines = [line for number, line in pdf_layout_lines if number >= start]
-    heading = next((i for i, line in enumerate(lines) if line.strip() == f"{scope} · {analysis}"), None)
-    assert heading is not None, f"no section '{scope} · {analysis}' in the provenance appendix"
-    rows = [m for line in lines[heading:] if (m := row.match(line))]
-    assert rows, f"no row '{field} {value} <pages>' under '{scope} · {analysis}' in the provenance appendix"
+    entry = next((i for i, line in enumerate(lines) if line.split(" ")[0] == f"{scope}.{analysis}"), None)
+    assert entry is not None, f"no entry '{scope}.{analysis}' in the provenance appendix"
+    row = re.compile(rf"^{re.escape(field)} {re.escape(value)} (?:±\S+ rel\.|±\S+|exact|bound|text)"
+                     rf"(?: or ±\S+)? ((?:\d+, )*\d+)$")
+    rows = [m for line in lines[entry + 1:] if (m := row.match(line))]
+    assert rows, f"no line '{field} {value} <accuracy> <pages>' under '{scope}.{analysis}' in the appendix"
     pages = [int(p) for p in rows[0].group(1).split(", ")]
     assert all(value in pdf_pages[p - 1] for p in pages), f"{key}: pages {pages}, not all print {value!r}"
+
+
+def test_pdf_provenance_is_compact(pdf_pages, pdf_provenance):
+    """The appendix lists what a reviewer needs in print, in a few pages, without a table-of-contents line per
+    analysis: one line per cited key (about 1,400 of them) in two columns."""
+    start, _ = pdf_provenance
+    pages = len(pdf_pages) - start + 1
+    assert pages <= 20, f"the provenance appendix takes {pages} pages"
+    contents = " ".join(text for text in pdf_pages[:start] if ". . . . ." in text)
+    assert not re.search(r"\b(gpt2|minilm|common) · ", contents), "the table of contents lists provenance entries"
+
+
+@pytest.fixture(scope="session")
+def pdf_outline(pdf) -> list[tuple[str, int]]:
+    """The PDF's top-level bookmarks (title, first page), from poppler's XML outline; nested ones flattened
+    after their parent (the appendices sit under one 'Appendices' bookmark)."""
+    out = subprocess.run([poppler("pdftohtml"), "-xml", "-i", "-q", "-stdout", str(pdf)], capture_output=True,
+                         text=True, check=True).stdout
+    if "<outline>" not in out:
+        pytest.fail("the PDF has no outline (bookmarks)")
+    import xml.etree.ElementTree as ElementTree
+    outline = ElementTree.fromstring(out[out.index("<outline>"):out.rindex("</outline>") + len("</outline>")])
+    items, children = [], list(outline)
+    for k, el in enumerate(children):
+        if el.tag == "item":
+            items.append((" ".join("".join(el.itertext()).split()), int(el.get("page"))))
+            if items[-1][0] == "Appendices" and k + 1 < len(children) and children[k + 1].tag == "outline":
+                items += [(" ".join("".join(c.itertext()).split()), int(c.get("page")))
+                          for c in children[k + 1] if c.tag == "item"]
+    return items
+
+
+def _plain(title: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "", re.sub(r"[*_`$\\]", "", title.lower()))
+
+
+MAIN_TEXT_PAGES = 40
+"""The budget of the main text (issue 31): from the preface, which holds the abstract, to the last chapter."""
+
+
+def test_pdf_main_text_within_its_page_budget(pdf_outline):
+    """The main text, from the first chapter's first page to the page before what follows the last numbered
+    chapter (the references, or the first appendix), is at most MAIN_TEXT_PAGES pages. Pages from the PDF's
+    outline; the message gives each chapter's count."""
+    book = chapters()
+    numbered = [c for c in book if isinstance(c.number, int)]
+    starts = [page for _, page in pdf_outline]
+    found = {}
+    for chapter in book[:book.index(numbered[-1]) + 1]:
+        at = [k for k, (title, _) in enumerate(pdf_outline) if _plain(title) == _plain(chapter.title)]
+        assert at, f"no bookmark {chapter.title!r} in the PDF's outline: {[t for t, _ in pdf_outline]}"
+        found[chapter] = at[0]
+    last = found[numbered[-1]]
+    end = next((page for page in starts[last + 1:] if page > starts[last]), None)
+    assert end is not None, "nothing after the last chapter in the outline"
+    first = pdf_outline[found[book[0]]][1]
+    counts = []
+    chosen = sorted(found.items(), key=lambda kv: kv[1])
+    for (chapter, k), following in zip(chosen, [*[pdf_outline[k][1] for _, k in chosen[1:]], end]):
+        counts.append(f"{chapter.heading()}: {following - pdf_outline[k][1]}")
+    pages = end - first
+    assert pages <= MAIN_TEXT_PAGES, (f"the main text takes {pages} pages (pp. {first}-{end - 1}), over its "
+                                      f"{MAIN_TEXT_PAGES}: " + "; ".join(counts))
+
+
+def test_latex_reports_no_missing_character(render):
+    """No glyph is missing: LaTeX's "Missing character" lines, in the render's output or in a log it kept (the
+    header makes one an error, \\tracinglostchars=3, so the render would fail first)."""
+    logs = [render.log] + [path.read_text(errors="replace") for path in [*REPO.glob("*.log"), *BOOK.glob("*.log")]]
+    missing = [line.strip() for log in logs for line in log.splitlines() if "Missing character" in line]
+    assert not missing, "\n".join(missing[:20])
