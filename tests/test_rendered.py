@@ -50,7 +50,7 @@ QUARTO = shutil.which("quarto")
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-RENDER_TIMEOUT_S = 900
+RENDER_TIMEOUT_S = int(os.environ.get("RENDER_TIMEOUT_S", "900"))  # a loaded machine may need more
 
 
 # --- the book, from _quarto.yml -------------------------------------------------------------
