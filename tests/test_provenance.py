@@ -90,7 +90,7 @@ def test_each_cited_key_is_a_row_of_its_entry_in_both_formats(book):
         assert row.group(1) == field and row.group(3) == provenance.accuracy_text(cited.accuracy)
         assert row.group(4) == provenance._short_accuracy(cited.accuracy)
         assert row.group(2) == provenance._html(cited.text)
-        entry = pdf.index(rf"\proventry{{{provenance._latex(scope)}.{provenance._latex_key(name)}}}")
+        entry = pdf.index(rf"\proventry{{\mbox{{{provenance._latex(scope)}.}}{provenance._latex_key(name)}}}")
         line = next(line for line in pdf[entry:].splitlines() if line.startswith(
             rf"\provkey{{{provenance.key_anchor(key)}}}"))
         assert line == (rf"\provkey{{{provenance.key_anchor(key)}}}{{{provenance._latex_key(field)}}}"

@@ -514,7 +514,7 @@ def pdf_pages(pdf) -> list[str]:
     """The text of each page, whitespace collapsed."""
     out = subprocess.run([poppler("pdftotext"), "-enc", "UTF-8", str(pdf), "-"], capture_output=True,
                          text=True, check=True).stdout
-    return [" ".join(p.split()) for p in out.split("\f")[:-1]]
+    return [" ".join(p.replace("\u2019", "'").split()) for p in out.split("\f")[:-1]]  # a curly quote as typed
 
 
 @pytest.fixture(scope="session")

@@ -388,7 +388,7 @@ def _pdf_listing(groups: list[tuple[Entry, list[Cited]]], libraries: dict[str, s
     and code hash, per cited key a line with its printed value, declared accuracy and pages. The pages are
     `\\citedpagesof{KEY}`, which report/_scripts/provenance-pages.lua replaces with the pages that cite KEY; the
     macros are defined in _quarto.yml."""
-    out = [r"\begingroup\scriptsize\raggedright\begin{multicols}{2}\raggedcolumns"]
+    out = [r"\begingroup\scriptsize\raggedright\setlength{\parskip}{0pt}\begin{multicols}{2}\raggedcolumns"]
     if libraries:
         out.append(r"\provnote{Libraries of every entry: "
                    + _latex(", ".join(f"{k} {v}" for k, v in sorted(libraries.items()))) + ".}")
@@ -405,7 +405,8 @@ def _pdf_listing(groups: list[tuple[Entry, list[Cited]]], libraries: dict[str, s
                        * (entry.status != "ok"))
             function = entry.function.rsplit(".", 1)[1]
             where = (f"{_latex_key(function)} in " if function != entry.name else "") + _latex_key(entry.where)
-            out.append(rf"\proventry{{{_latex(entry.scope)}.{_latex_key(entry.name)}}}{{{'; '.join([where, *details])}}}")
+            out.append(rf"\proventry{{\mbox{{{_latex(entry.scope)}.}}{_latex_key(entry.name)}}}"
+                       rf"{{{'; '.join([where, *details])}}}")
             out += [rf"\provkey{{{key_anchor(c.key)}}}{{{_latex_key(c.key.split('.', 2)[2])}}}{{{_latex(c.text)}}}"
                     rf"{{{_latex(_short_accuracy(c.accuracy))}}}{{\citedpagesof{{{c.key}}}}}" for c in keys]
     out.append(r"\end{multicols}\endgroup")
