@@ -682,13 +682,16 @@ def _column_lines(words: list[tuple[float, float, float, float, str]]) -> list[s
 @pytest.fixture(scope="session")
 def pdf_provenance(pdf_pages, pdf_words) -> tuple[int, list[str]]:
     """The provenance appendix's first page (1-based) and its listing's lines, in reading order; a key broken
-    after an underscore, or whose value went to the next line, joined into one line."""
+    after an underscore, a key whose value went to the next line, and a page list that went on to the next
+    line, each joined into one line."""
     heading = next(c for c in chapters() if c.name == PROVENANCE).heading()
     start = next(i for i, text in enumerate(pdf_pages) if text.startswith(heading) and ". . . . ." not in text)
     lines: list[str] = []
     for page in pdf_words[start:]:
         for line in _column_lines(page):
-            if lines and (lines[-1].endswith("_") or re.fullmatch(r"[\w]+", lines[-1])):
+            lone_key = re.fullmatch(r"[a-z][a-z0-9_]*", lines[-1]) and not re.fullmatch(r"[0-9a-f]{16}", lines[-1]) \
+                if lines else False
+            if lines and (lines[-1].endswith(("_", ",")) or lone_key):
                 lines[-1] += ("" if lines[-1].endswith("_") else " ") + line
             else:
                 lines.append(line)
