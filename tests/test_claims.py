@@ -392,8 +392,8 @@ def _with_line(topics: dict[str, str], chapter: str, i: int, cells: list[str]) -
 
 
 def break_topic_verdict(claims, topics):
-    i, cells = _topic_row(topics, "position-content.qmd", "simon-e-spread")
-    return claims, _with_line(topics, "position-content.qmd", i, cells[:-1] + ["not testable here"])
+    i, cells = _topic_row(topics, "appendix-position-content.qmd", "simon-e-spread")
+    return claims, _with_line(topics, "appendix-position-content.qmd", i, cells[:-1] + ["not testable here"])
 
 
 def break_claims_verdict(claims, topics):
