@@ -1,7 +1,8 @@
-"""The "Claims checked" chapter, checked statically (no weights, no Quarto).
+"""The "Claims checked" chapter and its appendix, checked statically (no weights, no Quarto).
 
-report/claims.qmd holds one table per source document, with the columns claim, where, our value,
-verdict and note. Every row needs one of the six verdicts; a row whose verdict is not "not
+report/appendix-claims.qmd holds one table per source document, with the columns claim, where, our value,
+verdict and note; report/claims.qmd holds one summary table of the main claims, each naming its row there by
+id and repeating its verdict. Every row needs one of the six verdicts; a row whose verdict is not "not
 testable here" must cite at least one number from the cache ({{< var >}}) in its "our value" cell,
 and that cell may hold no number typed by hand; every cited key must exist in _variables.yml; a
 "not testable here" row must say what is missing; no source may lose rows; and the errors the
@@ -21,7 +22,8 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-CHAPTER = REPO / "report" / "claims.qmd"
+CHAPTER = REPO / "report" / "appendix-claims.qmd"  # the per-source tables: the one place for each claim
+SUMMARY = REPO / "report" / "claims.qmd"  # the chapter: the main claims, paired with their rows by id
 
 COLUMNS = ["claim", "where", "our value", "verdict", "note"]
 VERDICTS = {"confirmed", "formula holds", "reproduced with another setting", "refined", "corrected",
@@ -35,7 +37,7 @@ SOURCES = {
     "tbl-claims-datta-space": ("datta2026space", 10),
     "tbl-claims-simon": ("simon2024insights", 17),
     "tbl-claims-yedidia": ("yedidia2023helix", 15),
-    "tbl-claims-padova": ("padova2025frog", 42),
+    "tbl-claims-padova": ("padova2025frog", 44),
 }
 
 # The errors the sources are known to make: (table, a phrase of the claim, a key the row must cite
@@ -256,12 +258,12 @@ def test_the_chapter_is_in_the_book_before_the_references():
     for listing in (config["project"]["render"][:len(config["project"]["render"]) - len(appendices)],
                     config["book"]["chapters"]):
         assert listing[-2:] == ["report/claims.qmd", "report/references.qmd"]
-    assert re.search(r"^# Claims checked \{#sec-claims\}\s*$", chapter_text(), re.M)
+    assert re.search(r"^# Claims checked \{#sec-claims\}\s*$", SUMMARY.read_text(), re.M)
 
 
 def test_every_claims_table_is_sound():
     found = problems(chapter_text(), variables())
-    assert not found, "problems in report/claims.qmd:\n" + "\n".join(found)
+    assert not found, "problems in report/appendix-claims.qmd:\n" + "\n".join(found)
 
 
 def test_rows_per_source_are_not_fewer_than_listed():
@@ -376,7 +378,17 @@ def test_the_pairing_covers_the_topic_chapters_that_hold_claims():
         for table in parse(text).values():
             if table.header and table.header[0].startswith("claim") and "verdict" in table.header:
                 paired.add(table.label)
-    assert {"tbl-position-content-claims", "tbl-low-rank-claims", "tbl-forward-claims"} <= paired
+    assert "tbl-claims-summary" in paired
+
+
+def test_the_summary_names_a_claim_of_every_source():
+    """The chapter's one table covers each source, and each of its rows names a row of the appendix."""
+    summary = parse(SUMMARY.read_text())["tbl-claims-summary"]
+    here = {cid for t in parse(chapter_text()).values() if t.label in SOURCES
+            for r in t.rows for cid in claim_ids(r.cells[0])}
+    assert all(claim_ids(r.cells[0]) and set(claim_ids(r.cells[0])) <= here for r in summary.rows)
+    assert {r.cells[1].strip() for r in summary.rows} == {f"@{key}" for key, _ in SOURCES.values()}
+    assert all(f"@{label.replace('tbl-', 'sec-')}" in summary.caption for label in SOURCES)
 
 
 def _topic_row(topics: dict[str, str], chapter: str, cid: str) -> tuple[int, list[str]]:
@@ -392,25 +404,24 @@ def _with_line(topics: dict[str, str], chapter: str, i: int, cells: list[str]) -
 
 
 def break_topic_verdict(claims, topics):
-    i, cells = _topic_row(topics, "position-content.qmd", "simon-e-spread")
-    return claims, _with_line(topics, "position-content.qmd", i, cells[:-1] + ["not testable here"])
+    i, cells = _topic_row(topics, "claims.qmd", "simon-p-perp-e")
+    return claims, _with_line(topics, "claims.qmd", i, cells[:2] + ["not testable here"] + cells[3:])
 
 
 def break_claims_verdict(claims, topics):
     row = next(r for t in parse(claims).values() if t.label in SOURCES for r in t.rows
-               if claim_ids(r.cells[0]) == ["simon-e-spread"])
+               if claim_ids(r.cells[0]) == ["simon-p-perp-e"])
     return replace_row(claims, row, with_cell(row, "verdict", "refined")), topics
 
 
 def break_drop_an_id(claims, topics):
-    i, cells = _topic_row(topics, "low-rank-helix.qmd", "simon-sparse")
-    return claims, _with_line(topics, "low-rank-helix.qmd", i,
-                              [cells[0].replace('{claim="simon-sparse"}', "")] + cells[1:])
+    i, cells = _topic_row(topics, "claims.qmd", "simon-sinusoids")
+    return claims, _with_line(topics, "claims.qmd", i, [cells[0].replace('{claim="simon-sinusoids"}', "")] + cells[1:])
 
 
 def break_unknown_id(claims, topics):
-    i, cells = _topic_row(topics, "forward-pass.qmd", "padova-mp-edge")
-    return claims, _with_line(topics, "forward-pass.qmd", i, [cells[0].replace("padova-mp-edge", "padova-no-such")]
+    i, cells = _topic_row(topics, "claims.qmd", "padova-mp-edge")
+    return claims, _with_line(topics, "claims.qmd", i, [cells[0].replace("padova-mp-edge", "padova-no-such")]
                               + cells[1:])
 
 

@@ -406,12 +406,10 @@ def test_entropy_and_the_state_where_the_top_token_settles():
 
 
 @pytest.mark.parametrize("chapter, claim, key", [
-    ("forward-pass.qmd", "padova-union-rank", "kjv_gpt2.signal_subspaces.long_union_rank"),
-    ("forward-pass.qmd", "padova-distant", "kjv_gpt2.text_attention.n_farther_on_text"),
-    ("forward-pass.qmd", "padova-logit-lens", "kjv_gpt2.logit_lens.einstein_entropy_last"),
-    ("claims.qmd", "simon-mlp", "kjv_gpt2.mlp_position_content.l0_e_k30"),
-    ("claims.qmd", "padova-union-rank", "kjv_gpt2.signal_subspaces.long_union_rank"),
-    ("position-content.qmd", "simon-mlp", "kjv_gpt2.mlp_position_content.l0_p_k30"),
+    ("appendix-claims.qmd", "padova-union-rank", "kjv_gpt2.signal_subspaces.long_union_rank"),
+    ("appendix-claims.qmd", "padova-distant", "kjv_gpt2.text_attention.n_farther_on_text"),
+    ("appendix-claims.qmd", "padova-logit-lens", "kjv_gpt2.logit_lens.einstein_entropy_last"),
+    ("appendix-claims.qmd", "simon-mlp", "kjv_gpt2.mlp_position_content.l0_e_k30"),
 ])
 def test_where_gpt2_cannot_answer_the_trained_gpt2_gives_its_row(chapter, claim, key):
     """Issue 37, item 5: a claim that the offline GPT-2 cannot test, but the small GPT-2 trained here can, cites
