@@ -387,7 +387,7 @@ def test_the_summary_names_a_claim_of_every_source():
     here = {cid for t in parse(chapter_text()).values() if t.label in SOURCES
             for r in t.rows for cid in claim_ids(r.cells[0])}
     assert all(claim_ids(r.cells[0]) and set(claim_ids(r.cells[0])) <= here for r in summary.rows)
-    assert {r.cells[1].strip() for r in summary.rows} == {f"@{key}" for key, _ in SOURCES.values()}
+    assert {r.cells[1].strip() for r in summary.rows} - {""} == {f"@{key}" for key, _ in SOURCES.values()}
     assert all(f"@{label.replace('tbl-', 'sec-')}" in summary.caption for label in SOURCES)
 
 
