@@ -38,3 +38,20 @@ def test_the_groups_the_bench_times_are_registered():
     assert set(group(bench.SUBSET)) == {"position_matrix", "similarity", "shuffle_nulls", "helix", "low_rank",
                                         "attention_spectra"}
     assert len(group(bench.FIRST_REPORT)) == 18 and set(group(bench.SUBSET)) <= set(group(bench.FIRST_REPORT))
+
+
+def test_render_timings_are_skipped_without_quarto(monkeypatch, tmp_path):
+    monkeypatch.setattr(bench.shutil, "which", lambda name: None)
+    assert bench.render_timings(tmp_path) == {}
+
+
+def test_render_timings_time_each_render_in_the_repository(monkeypatch, tmp_path):
+    """Each render is `quarto render ARGS` run in the repository, its median over the repeats."""
+    fake = tmp_path / "quarto"
+    fake.write_text("#!/bin/sh\necho \"$PWD $*\" >> calls.txt\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(bench.shutil, "which", lambda name: str(fake))
+    timings = bench.render_timings(tmp_path, repeats=2)
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    assert list(timings) == list(bench.RENDERS) and len(calls) == 2 * len(bench.RENDERS)
+    assert calls[0] == f"{tmp_path} render --to html" and calls[-1].endswith(f"render {bench.ONE_CHAPTER} --to html")

@@ -432,3 +432,23 @@ def test_family_needs_are_checked_only_for_their_family(cache, tiny_checkpoint):
     gpt2_only = Analysis("gpt2_probe", "GPT-2 probe", reads, family_needs={"gpt2": ("W_E",)})
     run([Job(gpt2_only, "tiny_gpt2", source)], cache, progress=False)
     assert cache.manifest("tiny_gpt2", "gpt2_probe")["status"] == "skipped"
+
+
+def test_variables_hold_only_what_the_book_cites(cache, jobs):
+    """With a book beside the cache, _variables.yml holds the keys its chapters and appendices cite (through their
+    includes too), nothing else; a newly cited key makes the file stale until the next run adds it."""
+    root = cache.variables.parent
+    (root / "_quarto.yml").write_text("book:\n  chapters: [index.qmd]\n  appendices: [details.qmd]\n")
+    (root / "index.qmd").write_text("Positions: {{< var tiny_gpt2.position_matrix.n_positions >}}.\n")
+    (root / "details.qmd").write_text("{{< include part.md >}}\n")
+    (root / "part.md").write_text("Width {{< var tiny_gpt2.model.d_model >}}.\n")
+    run(jobs, cache, progress=False)
+    assert yaml.safe_load(cache.variables.read_text()) == {
+        "tiny_gpt2": {"position_matrix": {"n_positions": "16"}, "model": {"d_model": "8"}}}
+    assert "| `tiny_gpt2` | `checkpoint_inventory` | ok |" in cache.provenance.read_text()  # every entry
+    (root / "index.qmd").write_text("{{< var tiny_gpt2.position_matrix.n_positions >}} and "
+                                    "{{< var tiny_gpt2.position_matrix.status >}}\n")
+    assert any("lacks tiny_gpt2.position_matrix.status" in p for p in status(jobs, cache).index_problems)
+    assert run(jobs, cache, progress=False).index_written
+    assert yaml.safe_load(cache.variables.read_text())["tiny_gpt2"]["position_matrix"]["status"] == "ok"
+    assert not status(jobs, cache).index_problems

@@ -1,7 +1,8 @@
-"""The "Claims checked" chapter, checked statically (no weights, no Quarto).
+"""The "Claims checked" chapter and its appendix, checked statically (no weights, no Quarto).
 
-report/claims.qmd holds one table per source document, with the columns claim, where, our value,
-verdict and note. Every row needs one of the six verdicts; a row whose verdict is not "not
+report/appendix-claims.qmd holds one table per source document, with the columns claim, where, our value,
+verdict and note; report/claims.qmd lists the main claims inline, [claim]{claim="id"}: *verdict*, each naming
+its row there by id and repeating its verdict. Every row needs one of the six verdicts; a row whose verdict is not "not
 testable here" must cite at least one number from the cache ({{< var >}}) in its "our value" cell,
 and that cell may hold no number typed by hand; every cited key must exist in _variables.yml; a
 "not testable here" row must say what is missing; no source may lose rows; and the errors the
@@ -21,7 +22,8 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-CHAPTER = REPO / "report" / "claims.qmd"
+CHAPTER = REPO / "report" / "appendix-claims.qmd"  # the per-source tables: the one place for each claim
+SUMMARY = REPO / "report" / "claims.qmd"  # the chapter: the main claims, paired with their rows by id
 
 COLUMNS = ["claim", "where", "our value", "verdict", "note"]
 VERDICTS = {"confirmed", "formula holds", "reproduced with another setting", "refined", "corrected",
@@ -35,7 +37,7 @@ SOURCES = {
     "tbl-claims-datta-space": ("datta2026space", 10),
     "tbl-claims-simon": ("simon2024insights", 17),
     "tbl-claims-yedidia": ("yedidia2023helix", 15),
-    "tbl-claims-padova": ("padova2025frog", 42),
+    "tbl-claims-padova": ("padova2025frog", 44),
 }
 
 # The errors the sources are known to make: (table, a phrase of the claim, a key the row must cite
@@ -256,12 +258,12 @@ def test_the_chapter_is_in_the_book_before_the_references():
     for listing in (config["project"]["render"][:len(config["project"]["render"]) - len(appendices)],
                     config["book"]["chapters"]):
         assert listing[-2:] == ["report/claims.qmd", "report/references.qmd"]
-    assert re.search(r"^# Claims checked \{#sec-claims\}\s*$", chapter_text(), re.M)
+    assert re.search(r"^# Claims checked \{#sec-claims\}\s*$", SUMMARY.read_text(), re.M)
 
 
 def test_every_claims_table_is_sound():
     found = problems(chapter_text(), variables())
-    assert not found, "problems in report/claims.qmd:\n" + "\n".join(found)
+    assert not found, "problems in report/appendix-claims.qmd:\n" + "\n".join(found)
 
 
 def test_rows_per_source_are_not_fewer_than_listed():
@@ -295,6 +297,9 @@ def test_typed_numbers_are_found_outside_citations():
 # --- one claim, one verdict: the claims tables of the topic chapters against this chapter ------------
 
 CLAIM_ID = re.compile(r'\]\{claim="([\w -]+)"\}')
+# A claim cited in prose: [claim text]{claim="id …"}: *verdict*; and a verdict given to a claim that names no id.
+INLINE_CLAIM = re.compile(r'\]\{claim="([\w -]+)"\}:\s*\*([^*]+)\*')
+INLINE_ORPHAN = re.compile(r'\]:\s*\*([^*]+)\*')
 NO_COUNTERPART = "none"
 OTHER_MODELS = {"minilm"}
 
@@ -361,6 +366,16 @@ def pairing_problems(claims_text: str, topics: dict[str, str]) -> list[str]:
                     elif leading_verdict(row.cells[verdict_at]) != here[cid]:
                         out.append(f"{where}: verdict {row.cells[verdict_at]!r}, but the claims chapter says "
                                    f"{here[cid]!r} for {cid!r}")
+    for name, text in topics.items():
+        flat = " ".join(text.split())
+        for found in INLINE_CLAIM.finditer(flat):
+            for cid in found.group(1).split():
+                if cid not in here:
+                    out.append(f"{name}: claim id {cid!r} is not in the claims chapter")
+                elif leading_verdict(found.group(2)) != here[cid]:
+                    out.append(f"{name}: verdict {found.group(2)!r}, but the claims chapter says {here[cid]!r} for {cid!r}")
+        out += [f"{name}: the verdict {found.group(1)!r} is given to a claim that names no row of the claims chapter"
+                for found in INLINE_ORPHAN.finditer(flat) if leading_verdict(found.group(1))]
     return out
 
 
@@ -369,49 +384,41 @@ def test_every_claim_in_a_topic_chapter_has_the_verdict_of_the_claims_chapter():
     assert not found, "claims whose verdicts disagree or are not paired:\n" + "\n".join(found)
 
 
-def test_the_pairing_covers_the_topic_chapters_that_hold_claims():
-    """A guard against a parser that finds nothing: the known claims tables are seen and paired."""
-    paired = set()
-    for text in topic_chapters().values():
-        for table in parse(text).values():
-            if table.header and table.header[0].startswith("claim") and "verdict" in table.header:
-                paired.add(table.label)
-    assert {"tbl-position-content-claims", "tbl-low-rank-claims", "tbl-forward-claims"} <= paired
+def test_the_pairing_covers_the_chapter_s_list_of_main_claims():
+    """A guard against a parser that finds nothing: the chapter's main claims are seen and paired."""
+    assert len(INLINE_CLAIM.findall(" ".join(SUMMARY.read_text().split()))) >= 20
 
 
-def _topic_row(topics: dict[str, str], chapter: str, cid: str) -> tuple[int, list[str]]:
-    lines = topics[chapter].splitlines()
-    i = next(i for i, line in enumerate(lines) if f'{{claim="{cid}"}}' in line)
-    return i, split_cells(lines[i])
+def test_the_summary_names_a_claim_of_every_source():
+    """The chapter's list cites each source and links to its table, one list item per source."""
+    items = [item for item in re.split(r"\n(?=- )", SUMMARY.read_text()) if 'claim="' in item]
+    assert len(items) == len(SOURCES)
+    for item, (label, (key, _)) in zip(items, SOURCES.items()):
+        assert f"[@{key}]" in item and f"@{label.replace('tbl-', 'sec-')}" in item
 
 
-def _with_line(topics: dict[str, str], chapter: str, i: int, cells: list[str]) -> dict[str, str]:
-    lines = topics[chapter].splitlines()
-    lines[i] = "| " + " | ".join(cells) + " |"
-    return topics | {chapter: "\n".join(lines) + "\n"}
+def _inline(topics: dict[str, str], old: str, new: str) -> dict[str, str]:
+    text = topics["claims.qmd"]
+    assert old in text
+    return topics | {"claims.qmd": text.replace(old, new, 1)}
 
 
 def break_topic_verdict(claims, topics):
-    i, cells = _topic_row(topics, "position-content.qmd", "simon-e-spread")
-    return claims, _with_line(topics, "position-content.qmd", i, cells[:-1] + ["not testable here"])
+    return claims, _inline(topics, '{claim="simon-p-perp-e"}: *confirmed*', '{claim="simon-p-perp-e"}: *refined*')
 
 
 def break_claims_verdict(claims, topics):
     row = next(r for t in parse(claims).values() if t.label in SOURCES for r in t.rows
-               if claim_ids(r.cells[0]) == ["simon-e-spread"])
+               if claim_ids(r.cells[0]) == ["simon-p-perp-e"])
     return replace_row(claims, row, with_cell(row, "verdict", "refined")), topics
 
 
 def break_drop_an_id(claims, topics):
-    i, cells = _topic_row(topics, "low-rank-helix.qmd", "simon-sparse")
-    return claims, _with_line(topics, "low-rank-helix.qmd", i,
-                              [cells[0].replace('{claim="simon-sparse"}', "")] + cells[1:])
+    return claims, _inline(topics, '{claim="simon-sinusoids"}', "")
 
 
 def break_unknown_id(claims, topics):
-    i, cells = _topic_row(topics, "forward-pass.qmd", "padova-mp-edge")
-    return claims, _with_line(topics, "forward-pass.qmd", i, [cells[0].replace("padova-mp-edge", "padova-no-such")]
-                              + cells[1:])
+    return claims, _inline(topics, '{claim="padova-mp-edge"}', '{claim="padova-no-such"}')
 
 
 @pytest.mark.parametrize("mutate", [break_topic_verdict, break_claims_verdict, break_drop_an_id, break_unknown_id],

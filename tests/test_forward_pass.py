@@ -17,6 +17,7 @@ from conftest import gpt2_config, gpt2_state_dict, make_repository, write_checkp
 from analyses.engine import sources
 from analyses.engine.cache import Cache
 from analyses.engine.cli import main
+from analyses.engine.registry import all_analyses
 from analyses.engine.sources import ModelSpec, WeightSource, open_source
 from analyses.forward_pass.logit_lens import decided_state, entropy, log_softmax
 from analyses.forward_pass.position_ablation import ablate, sentence_embeddings
@@ -346,12 +347,11 @@ def test_whole_chapter_runs_on_a_full_tiny_gpt2(tmp_path, tiny_lm, gpt2_weights,
     assert lens["today_tokens"]["value"] == 5 and lens["einstein_tokens"]["value"] == 9
     assert len(lens["today_generated_ids"]["value"].split()) == 3
     assert (entry("logit_lens") / "top.csv").read_text().count("\n") == 11
-    for name in CHAPTER[1:]:  # each fragment shows this model's figures, which exist
-        section = (entry(name) / "section.md").read_text()
-        figures = [line.split("](")[1].split(")")[0] for line in section.splitlines() if line.startswith("![")]
-        assert figures and all((root / "report" / f"{f}.svg").is_file() and (root / "report" / f"{f}.pdf").is_file()
-                               for f in figures)
-        assert not re.search(r"\bnan\b", section)  # no missing value printed
+    for name in CHAPTER[1:]:  # numbers and figures only: the chapter holds the prose
+        assert not (entry(name) / "section.md").exists()
+        figures = all_analyses()[name].figures
+        assert figures and all((entry(name) / f"{f}.{ext}").is_file() for f in figures for ext in ("svg", "pdf"))
+        assert not any(re.search(r"\bnan\b", n["text"]) for n in numbers(name).values())  # no missing value printed
 
 
 def test_partial_tiny_gpt2_records_every_forward_analysis_as_skipped(tmp_path, tiny_lm, gpt2_weights):
@@ -365,7 +365,7 @@ def test_partial_tiny_gpt2_records_every_forward_analysis_as_skipped(tmp_path, t
         manifest = cache.manifest(tiny_lm.slug, name)
         assert manifest["status"] == "skipped"
         assert "`W_E`" in manifest["reason"] and f"python -m analyses run {name} --model {tiny_lm.name}" in manifest["reason"]
-        assert (cache.entry(tiny_lm.slug, name) / "section.md").read_text() == ""
+        assert (cache.entry(tiny_lm.slug, name) / "status.md").read_text().startswith("*")  # the one-line note
 
 
 def test_committed_cache_skips_the_logit_lens_for_minilm_and_offline_gpt2():
@@ -406,12 +406,10 @@ def test_entropy_and_the_state_where_the_top_token_settles():
 
 
 @pytest.mark.parametrize("chapter, claim, key", [
-    ("forward-pass.qmd", "padova-union-rank", "kjv_gpt2.signal_subspaces.long_union_rank"),
-    ("forward-pass.qmd", "padova-distant", "kjv_gpt2.text_attention.n_farther_on_text"),
-    ("forward-pass.qmd", "padova-logit-lens", "kjv_gpt2.logit_lens.einstein_entropy_last"),
-    ("claims.qmd", "simon-mlp", "kjv_gpt2.mlp_position_content.l0_e_k30"),
-    ("claims.qmd", "padova-union-rank", "kjv_gpt2.signal_subspaces.long_union_rank"),
-    ("position-content.qmd", "simon-mlp", "kjv_gpt2.mlp_position_content.l0_p_k30"),
+    ("appendix-claims.qmd", "padova-union-rank", "kjv_gpt2.signal_subspaces.long_union_rank"),
+    ("appendix-claims.qmd", "padova-distant", "kjv_gpt2.text_attention.n_farther_on_text"),
+    ("appendix-claims.qmd", "padova-logit-lens", "kjv_gpt2.logit_lens.einstein_entropy_last"),
+    ("appendix-claims.qmd", "simon-mlp", "kjv_gpt2.mlp_position_content.l0_e_k30"),
 ])
 def test_where_gpt2_cannot_answer_the_trained_gpt2_gives_its_row(chapter, claim, key):
     """Issue 37, item 5: a claim that the offline GPT-2 cannot test, but the small GPT-2 trained here can, cites

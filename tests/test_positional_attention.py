@@ -211,11 +211,11 @@ def test_head_statistics_average_exactly_the_queries_from_min_query():
 
 
 def test_registered_key_mass_is_the_documented_threshold():
-    """The chapter's mass figure draws the threshold as 'a dashed line at 0.2' (report/attention.qmd)."""
+    """The chapter's mass figure draws the threshold as 'a dashed line at 0.2' (report/appendix-attention.qmd)."""
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "report" / "attention.qmd").read_text()
+    text = (Path(__file__).resolve().parents[1] / "report" / "appendix-attention.qmd").read_text()
     documented = float(re.search(r"dashed line at ([0-9.]+)", text).group(1))
     assert registered_params("positional_attention")["key_mass"] == documented == 0.2
 

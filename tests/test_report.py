@@ -124,17 +124,20 @@ def test_every_include_and_figure_path_exists():
     formats = quarto()["format"]
     extensions = {formats[f]["default-image-extension"] for f in ("html", "pdf")}
     broken = []
-    for path, text in documents():
-        text = strip_code(text)
-        for kind, arg in SHORTCODE.findall(text):
-            if kind == "include" and not (path.parent / arg).is_file():
-                broken.append(f"{path.relative_to(REPO)}: include {arg}")
-        for target in image_paths(text):
-            if target.startswith("http"):
-                continue
-            candidates = [path.parent / target] if Path(target).suffix else \
-                [path.parent / f"{target}.{ext}" for ext in extensions]
-            broken += [f"{path.relative_to(REPO)}: image {c.name}" for c in candidates if not c.is_file()]
+    # An include's path is relative to the file that includes it; an image's, to the chapter being
+    # rendered, whichever file the image's markdown sits in (Quarto pastes includes in verbatim).
+    for chapter in chapters():
+        for path, text in expand(chapter):
+            text = strip_code(text)
+            for kind, arg in SHORTCODE.findall(text):
+                if kind == "include" and not (path.parent / arg).is_file():
+                    broken.append(f"{path.relative_to(REPO)}: include {arg}")
+            for target in image_paths(text):
+                if target.startswith("http"):
+                    continue
+                candidates = [chapter.parent / target] if Path(target).suffix else \
+                    [chapter.parent / f"{target}.{ext}" for ext in extensions]
+                broken += [f"{path.relative_to(REPO)}: image {c.name}" for c in candidates if not c.is_file()]
     assert not broken, "missing files:\n" + "\n".join(broken)
 
 

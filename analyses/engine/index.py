@@ -2,9 +2,10 @@
 
 The report cites numbers only through `_variables.yml`, so it must never say anything the
 cache does not. Both files are a pure function of the cache entries that belong to a
-registered analysis (no orphans) and whose outputs still match their manifests; `run`
-rewrites them at its end whenever they differ from that rebuild, and `status` names every
-key in which the file on disk differs from it.
+registered analysis (no orphans) and whose outputs still match their manifests, and of the keys
+the book cites (`_variables.yml` holds those only: see `engine.report`); `run` rewrites them at
+its end whenever they differ from that rebuild, and `status` names every key in which the file
+on disk differs from it.
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ class Index:
     provenance: str
 
 
-def build(cache: Cache, entries: Iterable[tuple[str, str]]) -> Index:
-    """Both files from the given (scope, analysis) entries: those that are unverifiable are left out.
+def build(cache: Cache, entries: Iterable[tuple[str, str]], cited: frozenset[str] | None = None) -> Index:
+    """Both files from the given (scope, analysis) entries: those that are unverifiable are left out; with
+    `cited`, `_variables.yml` holds only those keys (`scope.analysis.key`), provenance.md every entry.
 
     A scope's `model` keys (its shape and weights) are cited only when every verified entry of the scope
     records the same ones, never from whichever entry comes first."""
@@ -69,8 +71,21 @@ def build(cache: Cache, entries: Iterable[tuple[str, str]]) -> Index:
     for scope, shapes in models.items():
         if all(shape == shapes[0] for shape in shapes):
             variables[scope]["model"] = shapes[0]
+    if cited is not None:
+        variables = _only(variables, cited)
     text = HEADER + yaml.dump(variables, Dumper=_Dumper, sort_keys=True, allow_unicode=True, width=1000)
     return Index(text, "\n".join(rows) + "\n")
+
+
+def _only(variables: dict, cited: frozenset[str]) -> dict:
+    """The scope → analysis → key tree cut to the cited keys (emptied branches dropped)."""
+    kept: dict = {}
+    for scope, analyses in variables.items():
+        for name, keys in analyses.items():
+            chosen = {key: value for key, value in keys.items() if f"{scope}.{name}.{key}" in cited}
+            if chosen:
+                kept.setdefault(scope, {})[name] = chosen
+    return kept
 
 
 def on_disk(cache: Cache) -> Index | None:
@@ -104,7 +119,7 @@ def differences(disk: Index | None, fresh: Index) -> list[str]:
     new = _flatten(yaml.safe_load(fresh.variables) or {})
     for key in sorted(set(old) | set(new)):
         if key not in new:
-            problems.append(f"_variables.yml cites {key}, which no verified cache entry holds")
+            problems.append(f"_variables.yml holds {key}, which the book does not cite or no verified cache entry holds")
         elif key not in old:
             problems.append(f"_variables.yml lacks {key} (= {new[key]!r} in the cache)")
         elif str(old[key]) != str(new[key]):

@@ -22,6 +22,7 @@ from analyses.engine.cache import COMMON, Cache, DamagedEntry, result_outputs
 from analyses.engine.checkpoint import WeightsError
 from analyses.engine.fingerprints import input_fingerprint, library_versions
 from analyses.engine.registry import Analysis, UnknownAnalysisError, all_analyses, unread_family
+from analyses.engine.report import cited_keys
 from analyses.engine.results import Result
 from analyses.engine.sources import MODELS, WEIGHTS_ENVS, ModelSpec, WeightSource
 from analyses.engine.tensors import TRAINING_RECORD
@@ -114,6 +115,11 @@ def orphans(cache: Cache) -> list[tuple[str, str]]:
     analysis cached in the wrong kind of scope. They are never cited; `run --prune` removes them."""
     owned = owner()
     return [(scope, name) for scope, name in cache.entries() if not owned(scope, name)]
+
+
+def _rebuilt_index(cache: Cache) -> index.Index:
+    """_variables.yml and provenance.md as the verified cache and the book's citations make them."""
+    return index.build(cache, cited_entries(cache), cited_keys(cache.variables.parent))
 
 
 def cited_entries(cache: Cache) -> list[tuple[str, str]]:
@@ -284,7 +290,7 @@ def run(jobs: list[Job], cache: Cache, force: bool = False, prune: bool = False,
         _refuse_downgrades([job for job in jobs if job.label in reasons], cache)
     _refuse_dropping_citations(jobs, cache)
     stray = orphans(cache) if prune else []
-    fresh_index = index.build(cache, cited_entries(cache)) if not reasons and not stray else None
+    fresh_index = _rebuilt_index(cache) if not reasons and not stray else None
     if fresh_index is not None and not cache.leftovers() and not index.differences(index.on_disk(cache), fresh_index):
         report.done = [(job, "fresh") for job in jobs]
         return report
@@ -315,7 +321,7 @@ def run(jobs: list[Job], cache: Cache, force: bool = False, prune: bool = False,
         for scope, name in stray:
             cache.remove(scope, name)
         report.pruned = stray
-        fresh = index.build(cache, cited_entries(cache))
+        fresh = _rebuilt_index(cache)
         if index.differences(index.on_disk(cache), fresh):
             index.write(cache, fresh)
             report.index_written = True
@@ -370,7 +376,7 @@ def status(jobs: list[Job], cache: Cache) -> StatusReport:
     """Staleness of every job (weights unchecked where unavailable), orphans, and the cited files against
     a rebuild from the verified cache."""
     _, reasons = _stale(jobs, cache, force=False)
-    problems = index.differences(index.on_disk(cache), index.build(cache, cited_entries(cache)))
+    problems = index.differences(index.on_disk(cache), _rebuilt_index(cache))
     problems += [f"_variables.yml cites {job.label}, which is stale" for job in jobs
                  if job.label in reasons and cache.unverifiable(job.scope, job.analysis.name) is None]
     return StatusReport([(job, reasons.get(job.label)) for job in jobs], orphans(cache), problems,

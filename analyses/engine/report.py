@@ -1,4 +1,4 @@
-"""What the book shows: which cached figures its chapters embed.
+"""What the book shows: which cached figures its chapters embed, and which cached numbers they cite.
 
 Drawing a figure costs more than most computations, so the pipeline draws only the figures the report
 embeds (like a build system that makes only the targets something depends on). The demand is read from
@@ -7,6 +7,10 @@ the chapters that `_quarto.yml` lists and every file they include: a figure is s
 markdown fragment) that the book includes may embed any of that analysis's figures, so including it
 shows them all. Without a book (a cache outside the report's repository, a test's temporary one) every
 figure is drawn.
+
+Likewise `_variables.yml` holds only the numbers the book cites (`{{< var KEY >}}`), not every number of the cache:
+Quarto copies that file into every document's metadata, where each value is parsed and handed through every
+filter of every page, so its size is paid once per page rendered (issue 35). Without a book, every number.
 """
 
 from __future__ import annotations
@@ -19,13 +23,14 @@ import yaml
 FIGURE = re.compile(r"_cache/([\w-]+)/([\w-]+)/([\w-]+)(?![\w./-])")
 INCLUDED_OUTPUT = re.compile(r"\{\{<\s*include\s+[^\s>]*_cache/([\w-]+)/([\w-]+)/([\w.-]+\.md)\s*>\}\}")
 INCLUDE = re.compile(r"\{\{<\s*include\s+([^\s>]+)\s*>\}\}")
+VARIABLE = re.compile(r"\{\{<\s*var\s+([\w.-]+)\s*>\}\}")
 
 
 def chapters(root: Path) -> list[Path] | None:
-    """The chapter files of the book at `root`, or None when there is no book there."""
+    """The chapter files of the book at `root`, appendices included, or None when there is no book there."""
     try:
         config = yaml.safe_load((root / "_quarto.yml").read_text())
-        listed = config["book"]["chapters"]
+        listed = config["book"]["chapters"] + (config["book"].get("appendices") or [])
     except (OSError, yaml.YAMLError, KeyError, TypeError):
         return None
     return [root / entry for entry in listed if isinstance(entry, str) and (root / entry).is_file()]
@@ -53,3 +58,12 @@ def figures_shown(root: Path) -> dict[str, frozenset[str]] | None:
         for scope, analysis, name in [*FIGURE.findall(text), *INCLUDED_OUTPUT.findall(text)]:
             shown.setdefault(f"{scope}/{analysis}", set()).add(name)
     return {label: frozenset(names) for label, names in shown.items()}
+
+
+def cited_keys(root: Path) -> frozenset[str] | None:
+    """Every `_variables.yml` key that the book at `root` cites (`{{< var scope.analysis.key >}}`, in its chapters
+    and the files they include); None when there is no book."""
+    files = chapters(root)
+    if files is None:
+        return None
+    return frozenset(key for path in files for key in VARIABLE.findall(_text_with_includes(path)))

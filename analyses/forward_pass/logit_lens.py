@@ -9,8 +9,8 @@ import numpy as np
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table, Text
 from analyses.engine.sources import ModelShape
-from analyses.forward_pass.prompts import (FAMILY_NEEDS, LIBRARIES, NEEDS, PROMPTS, PROMPT_WORDS, _figure, _heading,
-                                           _slug, decode, prompt_ids, shown, state_labels)
+from analyses.forward_pass.prompts import (FAMILY_NEEDS, LIBRARIES, NEEDS, PROMPTS, PROMPT_WORDS, decode, prompt_ids,
+                                           shown, state_labels)
 from analyses.toolkit import plotting
 from analyses.toolkit.forward import forward, lm_logits
 
@@ -140,36 +140,6 @@ def plot_entropy(result: Result, shape: ModelShape):
     return fig
 
 
-def lens_section(result: Result, shape: ModelShape) -> str:
-    n, slug = result.numbers, _slug(shape)
-    tag = slug.replace("_", "-")
-    einstein, today = SLIDES_PROMPTS[1][0], SLIDES_PROMPTS[0][0]
-    text = _heading(shape, "the logit lens") + (
-        f"After the last layer the next-token entropy of the slides' prompt on Einstein is "
-        f"{n[f'{einstein}_entropy_last'].text} nats ({n[f'{einstein}_entropy_last_bits'].text} bits), the mean over its "
-        f"positions {n[f'{einstein}_mean_entropy'].text} nats ({n[f'{einstein}_mean_entropy_bits'].text} bits); the most "
-        f"likely next token is {n[f'{einstein}_top1'].text} (p = {n[f'{einstein}_top1_prob'].text}), on top from "
-        f"{n[f'{einstein}_decided'].text} on. Greedy generation continues the slides' first prompt with "
-        f"{n[f'{today}_generated'].text} (ids {n[f'{today}_generated_ids'].text}); the top logit of the second step is "
-        f"{n[f'{today}_step2_logit1'].text}.\n\n")
-    text += _figure(slug, "logit_lens", "entropy",
-                    f"{shape.name}: entropy of the next-token distribution read through the final LayerNorm and the "
-                    f"unembedding from each state, at the last position of each prompt.",
-                    f"Line plot of entropy against state for each prompt, {shape.name}.")
-    rows = result.tables["lens"]
-    lens = Table(rows.columns[:-1], tuple(r[:-1] for r in rows.rows if r[0] == einstein), rows.formats)
-    text += (f"::: {{#tbl-forward-{tag}-lens}}\n{lens.to_markdown()}\n{shape.name}: the logit lens on the prompt "
-             f"of @padova2025frog, state by state: entropy and the top {LENS_SHOWN} tokens.\n:::\n\n")
-    if "top" in result.tables:
-        text += (f"::: {{#tbl-forward-{tag}-top}}\n{result.tables['top'].to_markdown()}\n{shape.name}: the "
-                 f"{n['top_k'].text} most likely next tokens after the prompt on Einstein, as the slides list them "
-                 f"(together {n[f'{einstein}_top_sum'].text}).\n:::\n\n")
-    gen = result.tables["generation"]
-    text += (f"::: {{#tbl-forward-{tag}-generation}}\n{Table(gen.columns[:-1], tuple(r[:-1] for r in gen.rows)).to_markdown()}"
-             f"\n{shape.name}: greedy generation, with the five largest raw logits of each step.\n:::\n")
-    return text
-
-
 register(
     "logit_lens", "The logit lens and greedy generation", logit_lens,
     # GPT-2's output head is W_E (tied) after ln_f; BERT has no LM head: the need `lm_head`, which no BERT checkpoint
@@ -177,5 +147,5 @@ register(
     needs=NEEDS, family_needs={"gpt2": ("ln_final.w", "ln_final.b"), "bert": (*FAMILY_NEEDS["bert"], "lm_head")},
     libraries=LIBRARIES,
     params={"prompt_words": PROMPT_WORDS, "slides_prompts": SLIDES_PROMPTS, "top_k": 10, "n_generate": 3, "chunk": 64},
-    figures={"entropy": plot_entropy}, files={"section.md": lens_section},
+    figures={"entropy": plot_entropy},
 )

@@ -9,8 +9,8 @@ import numpy as np
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table, Text
 from analyses.engine.sources import ModelShape
-from analyses.forward_pass.prompts import (FAMILY_NEEDS, LIBRARIES, NEEDS, PROMPT_WORDS, _figure, _heading, _slug,
-                                           content_rows, prompt_ids, state_labels)
+from analyses.forward_pass.prompts import (FAMILY_NEEDS, LIBRARIES, NEEDS, PROMPT_WORDS, content_rows, prompt_ids,
+                                           state_labels)
 from analyses.toolkit import plotting
 from analyses.toolkit.attention import query_rows
 from analyses.toolkit.forward import hook_layer, hook_names, mean_pool, run_with_hooks
@@ -243,26 +243,9 @@ def _log_norm_around_one(values: np.ndarray):
     return LogNorm(vmin=1 / top, vmax=top)
 
 
-def ablation_section(result: Result, shape: ModelShape) -> str:
-    n, slug = result.numbers, _slug(shape)
-    text = _heading(shape, "the causal test") + (
-        f"Removing P's top-{n['k'].text} subspace ({n['energy_removed'].text} of its energy) changes the attention rows "
-        f"by {n['tv_top'].text} in total variation on average, against {n['tv_random'].text} for random "
-        f"{n['k'].text}-dimensional changes of the same size (ratio {n['tv_ratio'].text}); after the last layer "
-        f"1 − cos is {n['cos_distance_top_last'].text} against {n['cos_distance_random_last'].text}. The head moved most "
-        f"relative to the controls is {n['head_ratio_max_head'].text} ({n['head_ratio_max'].text} times their change).\n\n")
-    text += _figure(slug, "position_ablation", "effects",
-                    f"{shape.name}, top: attention change per layer, and 1 − cos and the signal-subspace angle per "
-                    f"state, when P's top-{n['k'].text} subspace is removed (red) and for random changes of the same "
-                    f"size (grey). Bottom: each head's change over the controls' mean change.",
-                    f"Three line plots for {shape.name} with a red curve for the ablation and grey ones for the "
-                    f"controls, and a heatmap of ratios, layers by heads.")
-    return text
-
-
 register(
     "position_ablation", "A causal test: P's top-3 subspace removed", position_ablation,
     needs=NEEDS, family_needs=FAMILY_NEEDS, libraries=LIBRARIES,
     params={"prompt_words": PROMPT_WORDS[1], "k": 3, "n_random": 4, "seed": 0, "min_query": 32, "sentence_stride": 3},
-    figures={"effects": plot_effects}, files={"section.md": ablation_section},
+    figures={"effects": plot_effects},
 )

@@ -9,8 +9,8 @@ import numpy as np
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table, Text
 from analyses.engine.sources import ModelShape
-from analyses.forward_pass.prompts import (FAMILY_NEEDS, LIBRARIES, NEEDS, PROMPT_WORDS, _figure, _heading, _slug,
-                                           content_rows, prompt_ids, shuffled, state_labels)
+from analyses.forward_pass.prompts import (FAMILY_NEEDS, LIBRARIES, NEEDS, PROMPT_WORDS, content_rows, prompt_ids,
+                                           shuffled, state_labels)
 from analyses.toolkit import plotting
 from analyses.toolkit.forward import forward
 from analyses.toolkit.linalg import top_right_singular_vectors
@@ -157,24 +157,9 @@ def plot_shares(result: Result, shape: ModelShape):
     return fig
 
 
-def share_section(result: Result, shape: ModelShape) -> str:
-    n, slug = result.numbers, _slug(shape)
-    text = _heading(shape, "position and token shares") + (
-        f"With k = {n['primary_k'].text}, position explains {n['pos_emb'].text} of the variance after the "
-        f"embeddings and {n['pos_last'].text} after the last layer (shuffled order: {n['pos_shuffled_emb'].text} and "
-        f"{n['pos_shuffled_last'].text}; chance {n['chance_pos'].text}); token identity explains "
-        f"{n['tok_emb'].text} and {n['tok_last'].text} (chance {n['chance_tok'].text}).\n\n")
-    text += _figure(slug, "position_share", "shares",
-                    f"{shape.name}: share of each hidden state's variance explained by position (regression on P's "
-                    f"top-k coordinates) and by token identity, in the text's order (lines) and with the same tokens "
-                    f"shuffled (bands); dotted lines: chance.",
-                    f"Two line plots of variance shares against the state index for {shape.name}.")
-    return text
-
-
 register(
     "position_share", "How much of each hidden state is position", position_share,
     needs=NEEDS, family_needs=FAMILY_NEEDS, libraries=LIBRARIES,
     params={"prompt_words": PROMPT_WORDS[-1], "ks": (3, 10, 30), "primary_k": 10, "n_shuffles": 3, "seed": 0},
-    figures={"shares": plot_shares}, files={"section.md": share_section},
+    figures={"shares": plot_shares},
 )

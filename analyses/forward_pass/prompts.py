@@ -10,7 +10,7 @@ import numpy as np
 from analyses.engine.inputs import ModelInputs
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table, Text
-from analyses.engine.sources import ModelShape, model_spec
+from analyses.engine.sources import ModelShape
 from analyses.toolkit.text import PARAGRAPHS, TITLE, prefix, sentences, words
 
 
@@ -65,13 +65,6 @@ def state_labels(n_layers: int) -> list[str]:
     return ["embeddings", *(f"layer {layer}" for layer in range(n_layers))]
 
 
-def _slug(shape: ModelShape) -> str:
-    try:
-        return model_spec(shape.name).slug
-    except Exception:  # a model the registry does not know (unit tests): its own name
-        return shape.name.replace("-", "_")
-
-
 def decode(tensors: ModelInputs, ids) -> list[str]:
     """Each id as its text, through the model's tokenizer; the id itself where no tokenizer is at hand (ids are
     always cached beside the strings)."""
@@ -84,15 +77,6 @@ def decode(tensors: ModelInputs, ids) -> list[str]:
 def shown(token: str) -> str:
     """A token for a markdown table or text: quoted and escaped (JSON), as code, with pipes and backticks made safe."""
     return "`" + json.dumps(token, ensure_ascii=False).replace("`", "'").replace("|", "¦") + "`"
-
-
-def _figure(slug: str, analysis: str, figure: str, caption: str, alt: str) -> str:
-    return (f"![{caption}](_cache/{slug}/{analysis}/{figure}){{#fig-forward-{slug.replace('_', '-')}-{figure} "
-            f"fig-alt=\"{alt}\"}}\n\n")
-
-
-def _heading(shape: ModelShape, what: str) -> str:
-    return f"**{shape.name}: {what}.** "
 
 
 def forward_prompts(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, prompt_words: tuple[int, ...]) -> Result:

@@ -9,8 +9,8 @@ import numpy as np
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table, Text
 from analyses.engine.sources import ModelShape
-from analyses.forward_pass.prompts import (FAMILY_NEEDS, LIBRARIES, NEEDS, PROMPTS, PROMPT_WORDS, _figure, _heading,
-                                           _slug, prompt_ids, state_labels)
+from analyses.forward_pass.prompts import (FAMILY_NEEDS, LIBRARIES, NEEDS, PROMPTS, PROMPT_WORDS, prompt_ids,
+                                           state_labels)
 from analyses.toolkit import plotting
 from analyses.toolkit.forward import forward
 from analyses.toolkit.linalg import effective_rank
@@ -209,39 +209,9 @@ def plot_layers(result: Result, shape: ModelShape):
     return fig
 
 
-def signal_section(result: Result, shape: ModelShape) -> str:
-    """A markdown fragment with this model's figures and key numbers (the chapter includes GPT-2's)."""
-    n, slug = result.numbers, _slug(shape)
-    text = _heading(shape, "signal subspaces") + (
-        f"Over the {n['n_states'].text} states the signal rank of the long prompt runs from "
-        f"{n['long_rank_min'].text} to {n['long_rank_max'].text} (largest {n['long_rank_max_state'].text}); the union of "
-        f"all states' signal subspaces has rank {n['long_union_rank'].text}, {n['long_union_share'].text} of the "
-        f"{n['d_model'].text} dimensions (short prompt: {n['short_union_rank'].text}, medium: "
-        f"{n['medium_union_rank'].text}).")
-    if "long_angle_mean" in n:
-        text += (f" Consecutive states' signal subspaces are {n['long_angle_mean'].text}° apart on average "
-                 f"(random subspaces of the same dimensions: {n['long_angle_random'].text}°).")
-    text += "\n\n"
-    text += _figure(slug, "signal_subspaces", "spectra",
-                    f"{shape.name}: singular values of each centred hidden state over its noise threshold (solid red "
-                    f"line at 1), with the bare Marchenko–Pastur edge (dashed); values above the line span the signal "
-                    f"subspace.",
-                    f"Three log-log panels of singular values against index for {shape.name}, one line per state, "
-                    f"with a horizontal threshold line.")
-    text += _figure(slug, "signal_subspaces", "layers",
-                    f"{shape.name}, top: signal rank, effective rank and the mean principal angle between consecutive "
-                    f"states (dotted: random subspaces of the same dimensions), for the three prompts. Bottom: the states "
-                    f"placed in two dimensions by classical MDS of the projection distances between their signal "
-                    f"subspaces (E: embeddings; ℓ: after layer ℓ).",
-                    f"Six panels for {shape.name}: three line plots against the state index, one line per prompt, and "
-                    f"three scatter plots of the states joined in order.")
-    return text
-
-
 register(
     "signal_subspaces", "Signal subspaces of the hidden states, layer by layer", signal_subspaces,
     needs=NEEDS, family_needs=FAMILY_NEEDS, libraries=LIBRARIES,
     params={"prompt_words": PROMPT_WORDS, "n_random": 5, "seed": 0},
     figures={"spectra": plot_spectra, "layers": plot_layers},
-    files={"section.md": signal_section},
 )

@@ -9,8 +9,7 @@ import numpy as np
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table, Text, spoken_list
 from analyses.engine.sources import ModelShape
-from analyses.forward_pass.prompts import (FAMILY_NEEDS, LIBRARIES, NEEDS, PROMPT_WORDS, _figure, _heading, _slug,
-                                           prompt_ids)
+from analyses.forward_pass.prompts import FAMILY_NEEDS, LIBRARIES, NEEDS, PROMPT_WORDS, prompt_ids
 from analyses.toolkit import plotting
 from analyses.toolkit.attention import (attention_pattern, classify, head_scores, head_statistics, position_inputs,
                                         query_rows)
@@ -174,30 +173,12 @@ def plot_patterns(result: Result, shape: ModelShape):
     return fig
 
 
-def attention_section(result: Result, shape: ModelShape) -> str:
-    n, slug = result.numbers, _slug(shape)
-    text = _heading(shape, "attention on text and on position alone") + (
-        f"{n['n_positional'].text} of {n['n_heads'].text} heads keep an overlap of at least {n['positional'].text} "
-        f"with their position-only pattern, more than with equal attention ({n['positional_heads'].text}); the median "
-        f"overlap is "
-        f"{n['overlap_median_l0'].text} in layer 0 and {n['overlap_median_later'].text} in later layers.\n\n")
-    text += _figure(slug, "text_attention", "overlap",
-                    f"{shape.name}: overlap of each head's attention on the long prompt with its attention on the "
-                    f"position rows alone (1: identical; •: the same class on both).",
-                    f"Heatmap of overlaps, layers by heads, for {shape.name}.")
-    text += _figure(slug, "text_attention", "patterns",
-                    f"{shape.name}: the first positions of the two most and the two least positional heads, on text "
-                    f"(top) and on position alone (bottom).",
-                    f"Eight small attention patterns for {shape.name}.")
-    return text
-
-
 register(
     "text_attention", "Attention on text against attention on position alone", text_attention,
     needs=NEEDS, family_needs=FAMILY_NEEDS, libraries=LIBRARIES,
     params={"prompt_words": PROMPT_WORDS[-1], "min_query": 32, "key_mass": 0.2, "local_width": 32,
             "positional": 0.5, "zoom": 48},
-    figures={"overlap": plot_overlap, "patterns": plot_patterns}, files={"section.md": attention_section},
+    figures={"overlap": plot_overlap, "patterns": plot_patterns},
 )
 
 
