@@ -10,16 +10,17 @@ import pytest
 from analyses.engine.sources import ModelShape
 from analyses.engine.tensors import HISTORY_TOKEN_ROWS
 from analyses.engine.training import _history_tensors
-from analyses.helix_growth import (gaussian_null, half_way_index, helix_growth, learned_change, onset_index,
-                                   token_directions, top_share, trajectory)
+from analyses.helix_growth import (gaussian_null, helix_growth, learned_change, onset_index, token_directions,
+                                   top_share, trajectory)
 from analyses.toolkit.linalg import centred_token_svd
+from analyses.toolkit.table_shape import half_way_index
 from analyses.toolkit.training import Snapshot
 
 N, D, T = 256, 128, 64
 SHAPE = ModelShape("toy", "gpt2", D, N, 1, 4, 50, 4 * D, "pre")
 
 
-def circle(n: int = N, period: int = T) -> np.ndarray:
+def circle(n: int = N, period: float = T) -> np.ndarray:
     """Positions on a circle in the first two coordinates, `period` positions per turn."""
     angle = 2 * np.pi * np.arange(n) / period
     P = np.zeros((n, D))
@@ -119,6 +120,19 @@ def test_onset_and_loss_on_a_run_whose_circle_emerges_from_noise():
     assert r.numbers["share_half_step"].value == 1000
     assert r.numbers["period_final"].value == pytest.approx(T, rel=0.01)
     assert r.tables["trajectory"].column("helix period")[:3] == ["—", "—", "—"]
+
+
+def test_the_period_is_undefined_where_the_bulk_holds_less_than_a_turn():
+    """A circle of period 3 N / 2 turns through 2/3 of a turn over the context and 1/3 over the bulk (half of it):
+    no period is printed, at the end or in the table; one of period N / 3 prints its period."""
+    for table, expected in ((circle(period=1.5 * N), None), (circle(period=N / 3), N / 3)):
+        r = helix_growth(history([table, table], [0, 10], [8.0, 7.0]), SHAPE, k=3, token_k=10, edge=100, n_null=5,
+                         seed=0, shown=2, width_share=0.04)
+        if expected is None:
+            assert r.numbers["period_final"].text == "undefined"
+            assert set(r.tables["trajectory"].column("helix period")) <= {"—", "undefined"}
+        else:
+            assert r.numbers["period_final"].value == pytest.approx(expected, rel=0.01)
 
 
 def test_the_learned_change_of_a_ramp_hidden_in_noise_is_rank_one_follows_position_and_has_its_size():
