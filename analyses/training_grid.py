@@ -108,6 +108,8 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int, 
         numbers |= {
             f"{key}_n_ctx": Number(recipe["n_ctx"], "d", f"{name}: context (positions)"),
             f"{key}_steps": Number(recipe["steps"], ",d", f"{name}: training steps"),
+            f"{key}_d_model": Number(recipe["d_model"], "d", f"{name}: width"),
+            f"{key}_n_layers": Number(recipe["n_layers"], "d", f"{name}: layers"),
             f"{key}_warmup": Number(recipe["warmup"], "d", f"{name}: warm-up steps"),
             f"{key}_position_init_std": Number(recipe["position_init_std"], "g", f"{name}: σ of the initial positions"),
             f"{key}_loss": Number(float(eval_loss[-1]), ".2f", f"{name}: held-out loss at the last step (nats)"),

@@ -210,12 +210,10 @@ GRID = {
     "kjv-small-ctx128": _context(128),
     "kjv-small-ctx512": _context(512),
     "kjv-small-sigma01": replace(GRID_BASE, position_init_std=0.01),
-    "kjv-small-warmup100": replace(GRID_BASE, warmup=100),
-    "kjv-small-seed1": replace(GRID_BASE, seed=1),
-    "kjv-small-long": replace(GRID_BASE, steps=3 * GRID_BASE.steps),
 }
 """The training grid, in the order it was trained: the base, then one change at a time (the context at equal tokens
-per step, GPT-2's position noise σ = 0.01, a longer warm-up, another seed, three times the steps)."""
+per step, GPT-2's position noise σ = 0.01). The hour of shared CPU it had held no more runs; a longer warm-up,
+another seed and a longer run are the next ones (issue 33)."""
 
 
 MODELS: dict[str, ModelSpec] = {
