@@ -1,17 +1,15 @@
-"""What decides the helix: the position table's shape across training runs that change one thing at a time, against
-GPT-2's own table cut to the same number of positions.
+"""What decides the helix: the position table's shape across training runs, over training and at the end, against
+references of the same shape and GPT-2's own table cut to the same number of positions.
 
-`training_grid` reads the committed histories of the grid's runs (`engine.sources.GRID`: a small model, its base
-recipe, the context at equal tokens per step, GPT-2's position noise, a longer warm-up, another seed, three times
-the steps) and of the two main-size runs. Per run, at every snapshot and at the end, it measures the table's shape
-with `toolkit.table_shape` (top-3 and PC1 shares, λ2/λ1, turns around the helix's own axis, the period where the
-bulk holds a turn, the Toeplitz share), with the held-out loss, the loss's and the top-3 share's half-way steps;
-beside them, the same numbers for Gaussian random walks and i.i.d. Gaussian tables of each run's shape (seeded
-draws). Across the three contexts it fits log turns = a + b log n_ctx: b = 0 is a fixed number of turns per
-context, b = 1 a fixed period; the fit's value at GPT-2's 1,024 positions is what the trend predicts there.
+`training_grid` reads the committed histories of the grid's runs (`engine.sources.GRID`: a small model's base
+recipe and the same with GPT-2's position noise) and of the two main-size runs. Per run, at every snapshot and at the
+end, it measures the table's shape with `toolkit.table_shape` (top-3 and PC1 shares, λ2/λ1, turns around the helix's
+own axis, the period where the bulk holds a turn, the Toeplitz share), the top-3 share of the learned change
+P − P₀ at the end, the held-out loss, and the loss's and the top-3 share's half-way steps; beside them, the same
+numbers for Gaussian random walks and i.i.d. Gaussian tables of each run's shape (seeded draws).
 
-`window_shape` cuts a model's own table into windows of the grid's context lengths (spread evenly over its trained
-rows) and measures each the same way, so that a trained table is compared with GPT-2 at the same number of
+`window_shape` cuts a model's own table into windows of the trained runs' context lengths (spread evenly over its
+trained rows) and measures each the same way, so that a trained table is compared with GPT-2 at the same number of
 positions.
 """
 
@@ -79,19 +77,13 @@ def run_shapes(W: np.ndarray, edge: int) -> np.ndarray:
     return np.array([[table_shape(P, edge)[m] for m in MEASURES] for P in np.asarray(W, dtype=np.float64)])
 
 
-def context_slope(n_ctx: np.ndarray, turns: np.ndarray) -> tuple[float, float]:
-    """(b, a) of the least-squares line log turns = a + b log n_ctx."""
-    b, a = np.polyfit(np.log(np.asarray(n_ctx, dtype=np.float64)), np.log(np.asarray(turns, dtype=np.float64)), 1)
-    return float(b), float(a)
-
-
 def _cite(value: float, fmt: str, description: str) -> Number | Text:
     """A period is "undefined" where the bulk holds less than one turn (NaN from `table_shape`)."""
     return Number(value, fmt, description) if np.isfinite(value) else Text("undefined", f"{description}: "
                                                                           "the bulk holds less than one turn")
 
 
-def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int, gpt2_n_ctx: int) -> Result:
+def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int) -> Result:
     """The shape of each run's position table at the end and over training, its loss, and the references."""
     numbers: dict[str, Number | Text] = {"n_draws": Number(n_draws, "d", "draws of each reference table")}
     rows, arrays, shapes = [], {}, {}
@@ -102,6 +94,10 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int, 
         trajectory = run_shapes(h["history.W_pos"], edge)
         steps, eval_steps, eval_loss = h["history.steps"], h["history.eval_steps"], h["history.eval_loss"]
         final = dict(zip(MEASURES, trajectory[-1]))
+        W = np.asarray(h["history.W_pos"], dtype=np.float64)
+        learned = table_shape(W[-1] - W[0], edge)["top3"]
+        ratio = MEASURES.index("pair_ratio")
+        lowest = int(np.argmin(trajectory[:, ratio]))
         loss_half, share_half = int(eval_steps[half_way_index(eval_loss)]), int(steps[half_way_index(trajectory[:, 0])])
         shapes[key] = (recipe["n_ctx"], recipe["d_model"])
         numbers |= {f"{key}_{m}": _cite(final[m], FORMATS[m], f"{name}: {LABELS[m]} at the last step") for m in MEASURES}
@@ -112,6 +108,12 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int, 
             f"{key}_n_layers": Number(recipe["n_layers"], "d", f"{name}: layers"),
             f"{key}_warmup": Number(recipe["warmup"], "d", f"{name}: warm-up steps"),
             f"{key}_position_init_std": Number(recipe["position_init_std"], "g", f"{name}: σ of the initial positions"),
+            f"{key}_pair_ratio_min": Number(float(trajectory[lowest, ratio]), ".3f",
+                                            f"{name}: smallest λ2/λ1 over the snapshots"),
+            f"{key}_pair_ratio_min_step": Number(int(steps[lowest]), ",d", f"{name}: the snapshot where it is smallest"),
+            f"{key}_pc1_at_pair_ratio_min": Number(float(trajectory[lowest, MEASURES.index("pc1")]), ".1%",
+                                                   f"{name}: PC1's share at that snapshot"),
+            f"{key}_learned_top3": Number(learned, ".1%", f"{name}: top-3 share of P − P₀ at the last step"),
             f"{key}_loss": Number(float(eval_loss[-1]), ".2f", f"{name}: held-out loss at the last step (nats)"),
             f"{key}_loss_half_step": Number(loss_half, "d", f"{name}: first step with half of the held-out loss's fall"),
             f"{key}_share_half_step": Number(share_half, "d", f"{name}: first snapshot with half of the top-3 share's rise"),
@@ -137,17 +139,6 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int, 
             means = draws[kind].mean(axis=0)
             rows.append((f"{label}", f"mean of {n_draws} draws", n, "—", *means[:4], "—", means[5], "—", "—", "—"))
             arrays[f"{kind}{n}x{d}"] = draws[kind]
-    contexts = [k for k in ("ctx128", "base", "ctx512") if k in shapes]
-    n_ctx = np.array([shapes[k][0] for k in contexts])
-    turns = np.array([numbers[f"{k}_turns"].value for k in contexts])
-    slope, intercept = context_slope(n_ctx, turns)
-    numbers |= {"n_contexts": Number(len(contexts), "d", "contexts of the grid"),
-                "turns_slope": Number(slope, ".2f", "b of log turns = a + b log n_ctx over the grid's contexts "
-                                                    "(0: fixed turns per context; 1: fixed period)"),
-                "turns_at_gpt2": Number(float(np.exp(intercept) * gpt2_n_ctx ** slope), ".2f",
-                                        "turns the fit predicts at GPT-2's context"),
-                "gpt2_n_ctx": Number(gpt2_n_ctx, ",d", "GPT-2's context")}
-    arrays |= {"contexts": n_ctx, "context_turns": turns}
     columns = ("run", "change", "context", "steps", *(LABELS[m] for m in MEASURES[:4]), LABELS["period"],
                LABELS["toeplitz"], "held-out loss", "loss half-way step", "top-3 half-way step")
     formats = {LABELS[m]: FORMATS[m] for m in MEASURES} | {"held-out loss": ".2f", "steps": ",d"}
@@ -181,41 +172,27 @@ def window_shape(tensors, shape: ModelShape, *, lengths: tuple[int, ...], n_wind
 
 
 def plot_grid(result: Result, shape: ModelShape | None):
-    """Left: turns against the context (the grid's three contexts, the fitted line extended to GPT-2's, random walks).
-    Right: λ2/λ1 against the top-3 share at the end of each run, with the references' means."""
-    a, n = result.arrays, result.numbers
-    fig, (left, right) = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, 3.0))
-    contexts = a["contexts"]
-    grid = np.geomspace(contexts.min(), n["gpt2_n_ctx"].value, 50)
-    slope, at_gpt2 = n["turns_slope"].value, n["turns_at_gpt2"].value
-    left.plot(contexts, a["context_turns"], "o", color="C0", label="trained (grid)")
-    left.plot(grid, at_gpt2 * (grid / n["gpt2_n_ctx"].value) ** slope, color="C0", lw=0.8, ls="--",
-              label=f"fit, slope {n['turns_slope'].text}")
-    walks = [(c, a[f"walk{c}x64"][:, MEASURES.index("turns")].mean()) for c in contexts if f"walk{c}x64" in a]
-    left.plot(*zip(*walks), "s", mfc="none", color="0.4", label="random walks (mean)")
-    left.set_xscale("log", base=2)
-    left.set_xlabel("context (positions)")
-    left.set_ylabel("turns over the context")
-    left.legend(fontsize=plotting.MIN_FONT, loc="upper left")
-    top3, ratio = MEASURES.index("top3"), MEASURES.index("pair_ratio")
-    for i, key in enumerate(k.removesuffix("_shape") for k in a if k.endswith("_shape")):
-        final = a[f"{key}_shape"][-1]
-        right.plot(final[top3], final[ratio], "o", color=f"C{i}")
-        right.annotate(key, (final[top3], final[ratio]), fontsize=plotting.MIN_FONT, xytext=(3, 3),
-                       textcoords="offset points")
-    for kind, marker in (("walk", "s"), ("gaussian", "^")):
-        for k in (k for k in a if k.startswith(kind) and "x" in k):
-            mean = a[k].mean(axis=0)
-            right.plot(mean[top3], mean[ratio], marker, mfc="none", color="0.4")
-            right.annotate(f"{kind} {k.removeprefix(kind)}", (mean[top3], mean[ratio]), fontsize=plotting.MIN_FONT,
-                           color="0.4", xytext=(3, -9), textcoords="offset points")
-    right.set_xlabel("top-3 share")
-    right.set_ylabel("λ2/λ1")
+    """PC1's share and λ2/λ1 of each run's table against the training step, with the random walks' means."""
+    a = result.arrays
+    fig, axes = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, 2.8), sharex=True)
+    runs = [k.removesuffix("_shape") for k in a if k.endswith("_shape")]
+    for ax, measure in zip(axes, ("pc1", "pair_ratio")):
+        i = MEASURES.index(measure)
+        for j, key in enumerate(runs):
+            ax.plot(np.maximum(a[f"{key}_steps"], 1), a[f"{key}_shape"][:, i], marker="o", ms=2.5, lw=1,
+                    color=f"C{j}", label=key)
+        for k, style in (("walk256x128", "--"), ("walk256x64", ":")):
+            if k in a:
+                ax.axhline(a[k][:, i].mean(), color="0.4", lw=0.8, ls=style, label=f"random walk {k.removeprefix('walk')}")
+        ax.set_xscale("log")
+        ax.set_xlabel("training step (log; step 0 at 1)")
+        ax.set_ylabel(LABELS[measure])
+    axes[0].legend(fontsize=plotting.MIN_FONT, loc="upper left")
     return fig
 
 
 register("training_grid", "What decides the helix: shape across training runs", training_grid, scope="common",
-         params={"runs": RUNS, "n_draws": 20, "seed": 0, "edge": EDGE, "gpt2_n_ctx": 1024},
+         params={"runs": RUNS, "n_draws": 20, "seed": 0, "edge": EDGE},
          data=grid_inputs, figures={"grid": plot_grid}, groups=(GRID_GROUP,))
 
 register("window_shape", "The table's shape in windows of the trained runs' contexts", window_shape, needs=("W_pos",),

@@ -1,5 +1,5 @@
-"""What decides the helix: the table-shape numbers on tables whose answers are known in closed form, the context
-fit, the references, GPT-2's windows, and the grid's cached result against an independent recomputation."""
+"""What decides the helix: the table-shape numbers on tables whose answers are known in closed form, the
+references, windows of a known helix, and the grid's recipes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from analyses.engine.sources import GRID, MODELS, ModelShape
 from analyses.toolkit.table_shape import MEASURES, bulk_turns, reference_shapes, table_shape
-from analyses.training_grid import RUNS, change, context_slope, run_key, window_shape
+from analyses.training_grid import RUNS, change, run_key, window_shape
 
 
 def helix(n: int, turns: float, d: int = 16, rise: float = 0.0) -> np.ndarray:
@@ -57,13 +57,6 @@ def test_random_walks_have_the_brownian_bridge_spectrum_and_the_draws_are_seeded
     assert gaussian[i["top3"]] < 0.05  # no low-rank structure: about 3 of 400 equal variances, spread by MP
     again = reference_shapes((400, 400), 3, seed=1)
     np.testing.assert_array_equal(draws["walk"], again["walk"])
-
-
-def test_the_context_fit_recovers_a_power_law_exactly():
-    n = np.array([128, 256, 512])
-    assert context_slope(n, 0.6 * np.ones(3))[0] == pytest.approx(0.0, abs=1e-12)  # fixed turns per context
-    b, a = context_slope(n, n / 300)  # a fixed period of 300 tokens
-    assert b == pytest.approx(1.0) and np.exp(a) * 1024**b == pytest.approx(1024 / 300)
 
 
 def test_windows_of_a_helix_cut_the_turns_in_proportion():
