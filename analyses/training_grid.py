@@ -21,7 +21,7 @@ from analyses.engine.checkpoint import sha256_file
 from analyses.engine.registry import register
 from analyses.engine.results import Accuracy, Number, Result, Table, Text
 from analyses.engine.shapes import ModelShape
-from analyses.engine.sources import GRID, GRID_BASE, GRID_GROUP, model_spec
+from analyses.engine.sources import GRID, GRID_BASE, GRID_GROUP, GRID_LONG, model_spec
 from analyses.engine.tensors import HISTORY_FILE, RECORD_FILE, read_training_record
 from analyses.engine.training import model_dir
 from analyses.toolkit import plotting
@@ -43,14 +43,15 @@ def run_key(name: str) -> str:
 
 
 def change(name: str) -> str:
-    """What the run changes from the grid's base recipe, in words."""
-    base, recipe = GRID_BASE.as_dict(), model_spec(name).recipe.as_dict()
-    changed = {k: v for k, v in recipe.items() if base[k] != v and k not in ("batch", "eval_windows")}
+    """What the run changes from the grid's base recipe (a run at another context: from the longer run), in words."""
+    recipe = model_spec(name).recipe.as_dict()
     if name in MAIN_RUNS:
         return f"main recipe, seed {recipe['seed']}"
+    reference = (GRID_LONG if recipe["n_ctx"] != GRID_BASE.n_ctx else GRID_BASE).as_dict()
+    changed = {k: v for k, v in recipe.items() if reference[k] != v and k not in ("batch", "eval_windows")}
     if not changed:
         return "base"
-    return ", ".join(f"{'σ_P' if k == 'position_init_std' else 'context' if k == 'n_ctx' else k} {v}"
+    return ", ".join(f"{'initial position noise' if k == 'position_init_std' else 'context' if k == 'n_ctx' else k} {v}"
                      for k, v in changed.items())
 
 
@@ -137,7 +138,8 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int) 
                     numbers[f"{kind}{n}x{d}_{m}_sd"] = Number(float(values.std(ddof=1)), FORMATS[m],
                                                              f"{label} {n} × {d}: sd of {LABELS[m]}")
             means = draws[kind].mean(axis=0)
-            rows.append((f"{label}", f"mean of {n_draws} draws", n, "—", *means[:4], "—", means[5], "—", "—", "—"))
+            rows.append((f"{label}, {n} × {d}", f"mean of {n_draws} draws", n, "—", *means[:4], "—", means[5], "—", "—",
+                         "—"))
             arrays[f"{kind}{n}x{d}"] = draws[kind]
     columns = ("run", "change", "context", "steps", *(LABELS[m] for m in MEASURES[:4]), LABELS["period"],
                LABELS["toeplitz"], "held-out loss", "loss half-way step", "top-3 half-way step")

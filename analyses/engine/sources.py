@@ -198,23 +198,27 @@ up) on a smaller model (a quarter of its FLOPs per token) for a tenth of its ste
 shared CPU cores; each other grid run changes one thing from it."""
 
 
-def _context(n_ctx: int) -> Recipe:
-    """The grid base at another context, with the tokens per step and the held-out tokens unchanged."""
-    scale = GRID_BASE.n_ctx / n_ctx
-    return replace(GRID_BASE, n_ctx=n_ctx, batch=round(GRID_BASE.batch * scale),
-                   eval_windows=round(GRID_BASE.eval_windows * scale))
+def _context(recipe: Recipe, n_ctx: int) -> Recipe:
+    """`recipe` at another context, with the tokens per step and the held-out tokens unchanged."""
+    scale = recipe.n_ctx / n_ctx
+    return replace(recipe, n_ctx=n_ctx, batch=round(recipe.batch * scale), eval_windows=round(recipe.eval_windows * scale))
 
+
+GRID_LONG = replace(GRID_BASE, steps=2 * GRID_BASE.steps)
+"""The grid's base trained for twice the steps: the reference of the runs at other contexts."""
 
 GRID = {
     "kjv-small": GRID_BASE,
     "kjv-small-sigma01": replace(GRID_BASE, position_init_std=0.01),
     "kjv-small-warmup100": replace(GRID_BASE, warmup=100),
     "kjv-small-seed1": replace(GRID_BASE, seed=1),
+    "kjv-small-long": GRID_LONG,
+    "kjv-small-long-ctx128": _context(GRID_LONG, 128),
+    "kjv-small-long-ctx512": _context(GRID_LONG, 512),
 }
-"""The training grid: the base; GPT-2's position noise σ = 0.01 in place of 0.005; a warm-up of 100 steps in place
-of 30; another seed. The hour of shared CPU it had held no more: the base's table has barely left the noise by its
-last step (the main run's formed after about four times its tokens), so the runs that change the context or the
-length of training need a longer base first (issue 33)."""
+"""The training grid, in the order it was trained: the base; GPT-2's position noise σ = 0.01 in place of 0.005; a
+warm-up of 100 steps in place of 30; another seed; twice the steps; and that longer run at contexts of 128 and 512
+positions (equal tokens per step). Each run changes one thing from the base or from the longer run."""
 
 
 MODELS: dict[str, ModelSpec] = {

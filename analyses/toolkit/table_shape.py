@@ -23,7 +23,7 @@ from analyses.toolkit.surrogates import random_walks
 MEASURES = ("top3", "pc1", "pair_ratio", "turns", "period", "toeplitz")
 LABELS = {"top3": "top-3 share", "pc1": "PC1 share", "pair_ratio": "λ2/λ1", "turns": "turns",
           "period": "period (tokens/turn)", "toeplitz": "Toeplitz share"}
-FORMATS = {"top3": ".1%", "pc1": ".1%", "pair_ratio": ".2f", "turns": ".2f", "period": ".0f", "toeplitz": ".0%"}
+FORMATS = {"top3": ".1%", "pc1": ".1%", "pair_ratio": ".3f", "turns": ".2f", "period": ".0f", "toeplitz": ".0%"}
 
 
 def bulk_turns(n_rows: int, edge: int, period: float) -> float:
