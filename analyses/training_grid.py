@@ -36,10 +36,10 @@ RECORDED = Accuracy(basis="exact: read from the committed training record")
 
 
 def run_key(name: str) -> str:
-    """The run's prefix in the cited keys: `base`, `ctx128`, …, `main`, `main_seed1`."""
+    """The run's prefix in the cited keys: `base`, `sigma01`, …, `long_ctx128`, `main`, `main_seed1`."""
     if name in MAIN_RUNS:
         return name.replace("kjv-gpt2", "main").replace("-", "_")
-    return name.removeprefix("kjv-small-") if name != "kjv-small" else "base"
+    return name.removeprefix("kjv-small-").replace("-", "_") if name != "kjv-small" else "base"
 
 
 def change(name: str) -> str:

@@ -80,3 +80,39 @@ def test_every_grid_run_changes_one_thing_from_the_base_or_the_longer_run_and_ke
                    for ref in (base, long)]
         assert min(map(len, changed)) == (0 if name in ("kjv-small", "kjv-small-long") else 1), name
     assert [run_key(n) for n in RUNS][-2:] == ["main", "main_seed1"] and change("kjv-small") == "base"
+
+
+def test_the_grid_reads_each_runs_history_and_measures_its_last_table_and_half_way_steps(tmp_path, monkeypatch):
+    """A run whose table goes from noise to a helix of two turns over 256 rows, written as `train` writes it: the
+    grid reads its last table (two turns, λ2/λ1 ≈ 1), the loss's half-way step (8 → 4: 6 first reached at step 100)
+    and the top-3 share's half-way step (the snapshot of the helix), and gives references of its shape."""
+    import json
+
+    from safetensors.numpy import save_file
+
+    import analyses.training_grid as grid
+    from analyses.engine.tensors import RECORD_PARTS
+
+    rng = np.random.default_rng(0)
+    noise = 0.01 * rng.standard_normal((256, 64))
+    W = np.stack([noise, noise, helix(256, 2.0, d=64) + noise]).astype(np.float32)
+    directory = tmp_path / "kjv-small"
+    directory.mkdir()
+    save_file({"history.steps": np.array([0, 10, 300]), "history.W_pos": W,
+               "history.eval_steps": np.array([0, 50, 100, 300]),
+               "history.eval_loss": np.array([8.0, 7.0, 5.9, 4.0], dtype=np.float32)},
+              str(directory / "history.safetensors"))
+    record = dict.fromkeys(RECORD_PARTS, {}) | {"fingerprint": {"recipe": GRID["kjv-small"].as_dict()},
+                                                 "run": {"seconds": 600.0}}
+    (directory / "training.json").write_text(json.dumps(record))
+    monkeypatch.setattr(grid, "model_dir", lambda name: tmp_path / name)
+    r = grid.training_grid(runs=("kjv-small",), n_draws=2, seed=0, edge=100)
+    assert r.numbers["base_turns"].value == pytest.approx(2.0, rel=0.03)
+    assert r.numbers["base_pair_ratio"].value == pytest.approx(1.0, abs=0.05)
+    assert r.numbers["base_period"].text == "undefined"  # 55 rows of bulk hold less than a turn of 128
+    assert r.numbers["base_loss_half_step"].value == 100 and r.numbers["base_share_half_step"].value == 300
+    assert r.numbers["base_minutes"].value == pytest.approx(10.0)
+    ratios = [table_shape(P)["pair_ratio"] for P in W]  # recomputed snapshot by snapshot
+    assert r.numbers["base_pair_ratio_min"].value == pytest.approx(min(ratios))
+    assert r.numbers["base_pair_ratio_min_step"].value == [0, 10, 300][int(np.argmin(ratios))]
+    assert "walk256x64_pc1" in r.numbers and len(r.tables["grid"].rows) == 1 + 2
