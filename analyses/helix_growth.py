@@ -6,7 +6,8 @@ over positions:
 * the share of the top three principal components, Σ_{i≤3} σ_i² / Σ σ_i² of X_s, against the same share for
   Gaussian matrices of the same shape (`n_null` seeded draws: i.i.d. entries have no low-rank structure, and the
   share does not depend on their scale);
-* the helix period (`toolkit.helix_period`, the definition every chapter cites) over the bulk of the context;
+* the helix period (`toolkit.helix_period`, the definition every chapter cites) over the bulk of the context,
+  "undefined" where the bulk holds less than one turn (an angle that has not come round once has no period);
 * the Toeplitz share τ of the Gram matrix X_s X_sᵀ (`toolkit.gram`), against the same Gaussian draws;
 * the row-norm profile ‖p_n‖ and the share of ‖P_s‖² in the token embeddings' top-k centred directions at the
   same step, divided by the share k/D a random k-dimensional subspace holds on average (its enrichment), with
@@ -38,6 +39,7 @@ from analyses.toolkit import plotting
 from analyses.toolkit.gram import toeplitz_share
 from analyses.toolkit.helix_period import EDGE, bulk_edge, helix_period, principal_coordinates
 from analyses.toolkit.linalg import explained_variance_ratio
+from analyses.toolkit.table_shape import bulk_turns, half_way_index
 from analyses.toolkit.subspaces import energy_fraction, random_energy_moments, width_k
 
 HISTORY = ("history.steps", "history.W_pos", "history.E_centred.S", HISTORY_TOKEN_ROWS, "history.train_loss",
@@ -86,13 +88,6 @@ def onset_index(values: np.ndarray, threshold: float) -> int | None:
         return None
     below = np.flatnonzero(~above)
     return int(below[-1] + 1) if below.size else 0
-
-
-def half_way_index(values: np.ndarray) -> int:
-    """The first index at which `values` have covered at least half of their change from the first to the last
-    value (a fall for a loss, a rise for a share)."""
-    values = np.asarray(values, dtype=np.float64) * np.sign(values[0] - values[-1])
-    return int(np.flatnonzero(values <= values[0] - 0.5 * (values[0] - values[-1]))[0])
 
 
 def token_directions(history: Mapping[str, np.ndarray], k: int) -> np.ndarray:
@@ -150,7 +145,7 @@ def helix_growth(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, k: int
         "null_toeplitz_min": Number(float(null[:, 1].min()), ".0%", "smallest Toeplitz share of the Gaussian draws"),
         "toeplitz_min": Number(float(t["toeplitz"].min()), ".0%", "smallest Toeplitz share over training"),
         "toeplitz_min_step": Number(int(steps[int(np.argmin(t["toeplitz"]))]), "d", "the step where it is smallest"),
-        "period_final": Number(t["period"][last], ".0f", "helix period at the last step (tokens per turn)"),
+        "period_final": _period(t["period"][last], shape.n_ctx, edge, "helix period at the last step (tokens per turn)"),
         "enrichment_init": Number(t["enrichment"][0], ".2f", "token-subspace enrichment at initialisation"),
         "enrichment_final": Number(t["enrichment"][last], ".2f", "token-subspace enrichment at the last step"),
         "enrichment_max": Number(float(t["enrichment"].max()), ".2f", "largest token-subspace enrichment"),
@@ -186,7 +181,8 @@ def helix_growth(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, k: int
                     "onset_vs_half": Text(_order(int(steps[onset]), int(eval_steps[half])),
                                           "whether the onset comes before, at or after the loss's half-way step")}
     rows = tuple((int(s), float(loss[i]), t["share"][i], t["toeplitz"][i], t["enrichment"][i],
-                  t["period"][i] if onset is not None and i >= onset else "—") for i, s in enumerate(steps))
+                  _period_cell(t["period"][i], shape.n_ctx, edge) if onset is not None and i >= onset else "—")
+                 for i, s in enumerate(steps))
     table = Table(("step", "held-out loss", f"top-{k} share", "Toeplitz share", "token enrichment",
                    "helix period"), rows,
                   formats={"held-out loss": ".2f", f"top-{k} share": ".1%", "Toeplitz share": ".0%",
@@ -258,6 +254,21 @@ def _learned_numbers(learned: dict[str, np.ndarray], steps: np.ndarray, onset: i
                     "learned_size_at_onset": Number(learned["size"][onset - 1], ".2f",
                                                     "‖P − P₀‖ / ‖P₀‖ at the onset of structure")}
     return numbers
+
+
+def _holds_a_turn(period: float, n_ctx: int, edge: int) -> bool:
+    """Whether the bulk holds at least one turn at `period` tokens per turn (else the period is undefined)."""
+    return bool(np.isfinite(period)) and bulk_turns(n_ctx, bulk_edge(n_ctx, edge), period) >= 1
+
+
+def _period(period: float, n_ctx: int, edge: int, description: str) -> Number | Text:
+    if _holds_a_turn(period, n_ctx, edge):
+        return Number(period, ".0f", description)
+    return Text("undefined", f"{description}: the bulk holds less than one turn")
+
+
+def _period_cell(period: float, n_ctx: int, edge: int) -> float | str:
+    return period if _holds_a_turn(period, n_ctx, edge) else "undefined"
 
 
 def _order(a: int, b: int) -> str:

@@ -10,16 +10,17 @@ import pytest
 from analyses.engine.sources import ModelShape
 from analyses.engine.tensors import HISTORY_TOKEN_ROWS
 from analyses.engine.training import _history_tensors
-from analyses.helix_growth import (gaussian_null, half_way_index, helix_growth, learned_change, onset_index,
-                                   token_directions, top_share, trajectory)
+from analyses.helix_growth import (gaussian_null, helix_growth, learned_change, onset_index, token_directions,
+                                   top_share, trajectory)
 from analyses.toolkit.linalg import centred_token_svd
+from analyses.toolkit.table_shape import half_way_index
 from analyses.toolkit.training import Snapshot
 
 N, D, T = 256, 128, 64
 SHAPE = ModelShape("toy", "gpt2", D, N, 1, 4, 50, 4 * D, "pre")
 
 
-def circle(n: int = N, period: int = T) -> np.ndarray:
+def circle(n: int = N, period: float = T) -> np.ndarray:
     """Positions on a circle in the first two coordinates, `period` positions per turn."""
     angle = 2 * np.pi * np.arange(n) / period
     P = np.zeros((n, D))
@@ -121,6 +122,19 @@ def test_onset_and_loss_on_a_run_whose_circle_emerges_from_noise():
     assert r.tables["trajectory"].column("helix period")[:3] == ["—", "—", "—"]
 
 
+def test_the_period_is_undefined_where_the_bulk_holds_less_than_a_turn():
+    """A circle of period 3 N / 2 turns through 2/3 of a turn over the context and 1/3 over the bulk (half of it):
+    no period is printed, at the end or in the table; one of period N / 3 prints its period."""
+    for table, expected in ((circle(period=1.5 * N), None), (circle(period=N / 3), N / 3)):
+        r = helix_growth(history([table, table], [0, 10], [8.0, 7.0]), SHAPE, k=3, token_k=10, edge=100, n_null=5,
+                         seed=0, shown=2, width_share=0.04)
+        if expected is None:
+            assert r.numbers["period_final"].text == "undefined"
+            assert set(r.tables["trajectory"].column("helix period")) <= {"—", "undefined"}
+        else:
+            assert r.numbers["period_final"].value == pytest.approx(expected, rel=0.01)
+
+
 def test_the_learned_change_of_a_ramp_hidden_in_noise_is_rank_one_follows_position_and_has_its_size():
     """P_s = P_0 + ε·ramp with P_0 Gaussian noise: ΔP_s is exactly the ramp (rank one, top-3 share 1, its
     coordinate is position itself, |ρ_S| = 1) and ‖ΔP_s‖/‖P_0‖ = ε‖ramp_c‖/‖P_0c‖, while P_s's own share stays
@@ -165,6 +179,12 @@ def test_the_enrichment_spread_is_that_of_random_subspaces():
 
 
 CHAPTER = Path(__file__).resolve().parents[1] / "report" / "growing-helix.qmd"
+APPENDIX = CHAPTER.with_name("appendix-growing.qmd")
+
+
+def chapter_text() -> str:
+    """The chapter and its appendix of details, where its tables and per-seed numbers moved (issue 31)."""
+    return CHAPTER.read_text() + APPENDIX.read_text()
 RETRACTED = ("as unstructured as Gaussian noise", "did not trace to its source", "stays near one for hundreds",
              "which fluctuates over training", "P$ avoids $E$, as\nGPT-2's does")
 
@@ -173,11 +193,11 @@ RETRACTED = ("as unstructured as Gaussian noise", "did not trace to its source",
 def test_the_chapter_no_longer_says_what_the_transposed_basis_or_the_initial_noise_made_it_say(wording):
     """The token-subspace ratio read through the transposed basis stayed near one and 'fluctuated'; the table's own
     share hid that the learned change is structured from the first snapshot. Neither wording may come back."""
-    assert wording not in CHAPTER.read_text()
+    assert wording not in chapter_text()
 
 
 def test_the_chapter_cites_the_learned_change_beside_the_table_for_both_seeds():
-    text = CHAPTER.read_text()
+    text = chapter_text()
     assert "{{< include _cache/kjv_gpt2/helix_growth/learned.md >}}" in text
     for model in ("kjv_gpt2", "kjv_gpt2_seed1"):
         for key in ("learning_start_step", "learned_share_first", "learned_following_first", "enrichment_final_sd"):
@@ -199,7 +219,7 @@ def test_the_same_width_ratio_is_d_over_k_for_a_table_inside_the_first_token_dir
 def test_the_finished_model_is_compared_with_gpt2_at_the_same_fraction_of_the_width():
     """Issue 37, item 6: GPT-2's top 30 is 3.9 % of its width, the trained model's 23 %; the comparison uses the
     same fraction (for both seeds), and the claim that P keeps out of E's leading directions there is gone."""
-    text = CHAPTER.read_text()
+    text = chapter_text()
     assert "kjv_gpt2.position_token_subspaces.ratio_k30" not in text
     assert "keeps out of the token embeddings' leading directions: here with the real" not in text
     for key in ("gpt2.position_token_subspaces.width_ratio", "kjv_gpt2.position_token_subspaces.width_ratio",

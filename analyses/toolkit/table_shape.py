@@ -1,0 +1,61 @@
+"""The shape of a position table in six numbers, the definitions every chapter cites, and the tables that give
+them a scale: Gaussian random walks and i.i.d. Gaussian tables of the same shape.
+
+For a table P (positions × width), centred over positions, with λ_i the variances along its principal axes:
+
+* `top3`, `pc1`: Σ_{i≤3} λ_i / Σ λ_i and λ_1 / Σ λ_i;
+* `pair_ratio`: λ_2 / λ_1 (near 1 for a helix, whose cosine and sine carry equal variance; near 0 for a ramp);
+* `turns`: turns of (z1, z2) around the helix's own axis from the first row to the last (`helix_winding`, origin-free);
+* `period`: tokens per turn over the bulk (`helix_winding`), NaN ("undefined") where the bulk holds less than one
+  turn: an angle that has not come round once has no period;
+* `toeplitz`: the Toeplitz share τ of the Gram matrix (`toolkit.gram`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from analyses.toolkit.gram import toeplitz_share
+from analyses.toolkit.helix_period import EDGE, helix_winding
+from analyses.toolkit.linalg import explained_variance_ratio
+from analyses.toolkit.surrogates import random_walks
+
+MEASURES = ("top3", "pc1", "pair_ratio", "turns", "period", "toeplitz")
+LABELS = {"top3": "top-3 share", "pc1": "PC1 share", "pair_ratio": "λ2/λ1", "turns": "turns",
+          "period": "period (tokens/turn)", "toeplitz": "Toeplitz share"}
+FORMATS = {"top3": ".1%", "pc1": ".1%", "pair_ratio": ".3f", "turns": ".2f", "period": ".0f", "toeplitz": ".0%"}
+
+
+def bulk_turns(n_rows: int, edge: int, period: float) -> float:
+    """Turns the bulk (rows edge … n_rows − edge − 1) holds at `period` tokens per turn."""
+    return (n_rows - 2 * edge - 1) / period
+
+
+def table_shape(P: np.ndarray, edge: int = EDGE) -> dict[str, float]:
+    """The six numbers of the module docstring for the table P."""
+    P = np.asarray(P, dtype=np.float64)
+    ratios = explained_variance_ratio(P)
+    winding = helix_winding(P, edge=edge)
+    period = winding.period if bulk_turns(winding.n_rows, winding.edge, winding.period) >= 1 else float("nan")
+    return {"top3": float(ratios[:3].sum()), "pc1": float(ratios[0]), "pair_ratio": float(ratios[1] / ratios[0]),
+            "turns": float(winding.turns), "period": float(period),
+            "toeplitz": toeplitz_share(P - P.mean(axis=0))}
+
+
+def reference_shapes(shape: tuple[int, int], n_draws: int, seed: int, edge: int = EDGE) -> dict[str, np.ndarray]:
+    """{"walk", "gaussian"}: [n_draws, len(MEASURES)] of `table_shape` for Gaussian random walks (independent
+    columns) and i.i.d. Gaussian tables of `shape`, seeded draws (the two references share one generator)."""
+    rng = np.random.default_rng(seed)
+    out = {"walk": np.empty((n_draws, len(MEASURES))), "gaussian": np.empty((n_draws, len(MEASURES)))}
+    for i in range(n_draws):
+        for key, table in (("walk", random_walks(shape[0], shape[1], rng)), ("gaussian", rng.standard_normal(shape))):
+            numbers = table_shape(table, edge)
+            out[key][i] = [numbers[m] for m in MEASURES]
+    return out
+
+
+def half_way_index(values: np.ndarray) -> int:
+    """The first index at which `values` have covered at least half of their change from the first to the last
+    value (a fall for a loss, a rise for a share)."""
+    values = np.asarray(values, dtype=np.float64) * np.sign(values[0] - values[-1])
+    return int(np.flatnonzero(values <= values[0] - 0.5 * (values[0] - values[-1]))[0])

@@ -1,0 +1,202 @@
+"""What decides the helix: the position table's shape across training runs, over training and at the end, against
+references of the same shape and GPT-2's own table cut to the same number of positions.
+
+`training_grid` reads the committed histories of the grid's runs (`engine.sources.GRID`: a small model's base
+recipe and the same with GPT-2's position noise) and of the two main-size runs. Per run, at every snapshot and at the
+end, it measures the table's shape with `toolkit.table_shape` (top-3 and PC1 shares, λ2/λ1, turns around the helix's
+own axis, the period where the bulk holds a turn, the Toeplitz share), the top-3 share of the learned change
+P − P₀ at the end, the held-out loss, and the loss's and the top-3 share's half-way steps; beside them, the same
+numbers for Gaussian random walks and i.i.d. Gaussian tables of each run's shape (seeded draws).
+
+`window_shape` cuts a model's own table into windows of the trained runs' context lengths (spread evenly over its
+trained rows) and measures each the same way, so that a trained table is compared with GPT-2 at the same number of
+positions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from analyses.engine.checkpoint import sha256_file
+from analyses.engine.registry import register
+from analyses.engine.results import Accuracy, Number, Result, Table, Text
+from analyses.engine.shapes import ModelShape
+from analyses.engine.sources import GRID, GRID_BASE, GRID_GROUP, GRID_LONG, model_spec
+from analyses.engine.tensors import HISTORY_FILE, RECORD_FILE, read_training_record
+from analyses.engine.training import model_dir
+from analyses.toolkit import plotting
+from analyses.toolkit.helix_period import EDGE
+from analyses.toolkit.table_shape import FORMATS, LABELS, MEASURES, half_way_index, reference_shapes, table_shape
+
+MAIN_RUNS = ("kjv-gpt2", "kjv-gpt2-seed1")
+"""The main-size runs, measured beside the grid: the same recipe as the grid's base but twice the width, twice the
+layers, twice the tokens per step and ten times the steps."""
+RUNS = (*GRID, *MAIN_RUNS)
+RECORDED = Accuracy(basis="exact: read from the committed training record")
+
+
+def run_key(name: str) -> str:
+    """The run's prefix in the cited keys: `base`, `sigma01`, …, `long_ctx128`, `main`, `main_seed1`."""
+    if name in MAIN_RUNS:
+        return name.replace("kjv-gpt2", "main").replace("-", "_")
+    return name.removeprefix("kjv-small-").replace("-", "_") if name != "kjv-small" else "base"
+
+
+def change(name: str) -> str:
+    """What the run changes from the grid's base recipe (a run at another context: from the longer run), in words."""
+    recipe = model_spec(name).recipe.as_dict()
+    if name in MAIN_RUNS:
+        return f"main recipe, seed {recipe['seed']}"
+    reference = (GRID_LONG if recipe["n_ctx"] != GRID_BASE.n_ctx else GRID_BASE).as_dict()
+    changed = {k: v for k, v in recipe.items() if reference[k] != v and k not in ("batch", "eval_windows")}
+    if not changed:
+        return "base"
+    return ", ".join(f"{'initial position noise' if k == 'position_init_std' else 'context' if k == 'n_ctx' else k} {v}"
+                     for k, v in changed.items())
+
+
+def grid_inputs() -> dict[str, str]:
+    """{'models/<run>/<file>': sha256} of every run's history and record (the analysis's data)."""
+    out = {}
+    for name in RUNS:
+        for file in (HISTORY_FILE, RECORD_FILE):
+            path = model_dir(name) / file
+            if not path.is_file():
+                raise ValueError(f"{path} is missing: python -m analyses train --model {name}")
+            out[f"models/{name}/{file}"] = sha256_file(path)
+    return out
+
+
+def _history(name: str) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+
+    return load_file(str(model_dir(name) / HISTORY_FILE))
+
+
+def run_shapes(W: np.ndarray, edge: int) -> np.ndarray:
+    """[S, len(MEASURES)]: `table_shape` of each snapshot of the position table."""
+    return np.array([[table_shape(P, edge)[m] for m in MEASURES] for P in np.asarray(W, dtype=np.float64)])
+
+
+def _cite(value: float, fmt: str, description: str) -> Number | Text:
+    """A period is "undefined" where the bulk holds less than one turn (NaN from `table_shape`)."""
+    return Number(value, fmt, description) if np.isfinite(value) else Text("undefined", f"{description}: "
+                                                                          "the bulk holds less than one turn")
+
+
+def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int) -> Result:
+    """The shape of each run's position table at the end and over training, its loss, and the references."""
+    numbers: dict[str, Number | Text] = {"n_draws": Number(n_draws, "d", "draws of each reference table")}
+    rows, arrays, shapes = [], {}, {}
+    for name in runs:
+        key, h = run_key(name), _history(name)
+        record = read_training_record(model_dir(name) / RECORD_FILE)
+        recipe = record["fingerprint"]["recipe"]
+        trajectory = run_shapes(h["history.W_pos"], edge)
+        steps, eval_steps, eval_loss = h["history.steps"], h["history.eval_steps"], h["history.eval_loss"]
+        final = dict(zip(MEASURES, trajectory[-1]))
+        W = np.asarray(h["history.W_pos"], dtype=np.float64)
+        learned = table_shape(W[-1] - W[0], edge)["top3"]
+        ratio = MEASURES.index("pair_ratio")
+        lowest = int(np.argmin(trajectory[:, ratio]))
+        loss_half, share_half = int(eval_steps[half_way_index(eval_loss)]), int(steps[half_way_index(trajectory[:, 0])])
+        shapes[key] = (recipe["n_ctx"], recipe["d_model"])
+        numbers |= {f"{key}_{m}": _cite(final[m], FORMATS[m], f"{name}: {LABELS[m]} at the last step") for m in MEASURES}
+        numbers |= {
+            f"{key}_n_ctx": Number(recipe["n_ctx"], "d", f"{name}: context (positions)"),
+            f"{key}_steps": Number(recipe["steps"], ",d", f"{name}: training steps"),
+            f"{key}_d_model": Number(recipe["d_model"], "d", f"{name}: width"),
+            f"{key}_n_layers": Number(recipe["n_layers"], "d", f"{name}: layers"),
+            f"{key}_warmup": Number(recipe["warmup"], "d", f"{name}: warm-up steps"),
+            f"{key}_position_init_std": Number(recipe["position_init_std"], "g", f"{name}: σ of the initial positions"),
+            f"{key}_pair_ratio_min": Number(float(trajectory[lowest, ratio]), ".3f",
+                                            f"{name}: smallest λ2/λ1 over the snapshots"),
+            f"{key}_pair_ratio_min_step": Number(int(steps[lowest]), ",d", f"{name}: the snapshot where it is smallest"),
+            f"{key}_pc1_at_pair_ratio_min": Number(float(trajectory[lowest, MEASURES.index("pc1")]), ".1%",
+                                                   f"{name}: PC1's share at that snapshot"),
+            f"{key}_learned_top3": Number(learned, ".1%", f"{name}: top-3 share of P − P₀ at the last step"),
+            f"{key}_loss": Number(float(eval_loss[-1]), ".2f", f"{name}: held-out loss at the last step (nats)"),
+            f"{key}_loss_half_step": Number(loss_half, "d", f"{name}: first step with half of the held-out loss's fall"),
+            f"{key}_share_half_step": Number(share_half, "d", f"{name}: first snapshot with half of the top-3 share's rise"),
+            f"{key}_minutes": Number(record["run"]["seconds"] / 60, ".0f", f"{name}: wall time of the run (minutes)",
+                                     RECORDED),
+        }
+        rows.append((key, change(name), recipe["n_ctx"], recipe["steps"], *trajectory[-1][:4],
+                     final["period"] if np.isfinite(final["period"]) else "undefined", final["toeplitz"],
+                     float(eval_loss[-1]), loss_half, share_half))
+        arrays |= {f"{key}_steps": steps, f"{key}_shape": trajectory}
+    references = {}
+    for n, d in sorted(set(shapes.values())):
+        draws = reference_shapes((n, d), n_draws, seed, edge)
+        references[(n, d)] = draws
+        for kind, label in (("walk", "random walk"), ("gaussian", "Gaussian table")):
+            for i, m in enumerate(MEASURES):
+                values = draws[kind][:, i]
+                if np.isfinite(values).all():
+                    numbers[f"{kind}{n}x{d}_{m}"] = Number(float(values.mean()), FORMATS[m],
+                                                          f"{label} {n} × {d}: mean {LABELS[m]}")
+                    numbers[f"{kind}{n}x{d}_{m}_sd"] = Number(float(values.std(ddof=1)), FORMATS[m],
+                                                             f"{label} {n} × {d}: sd of {LABELS[m]}")
+            means = draws[kind].mean(axis=0)
+            rows.append((f"{label}, {n} × {d}", f"mean of {n_draws} draws", n, "—", *means[:4], "—", means[5], "—", "—",
+                         "—"))
+            arrays[f"{kind}{n}x{d}"] = draws[kind]
+    columns = ("run", "change", "context", "steps", *(LABELS[m] for m in MEASURES[:4]), LABELS["period"],
+               LABELS["toeplitz"], "held-out loss", "loss half-way step", "top-3 half-way step")
+    formats = {LABELS[m]: FORMATS[m] for m in MEASURES} | {"held-out loss": ".2f", "steps": ",d"}
+    return Result(numbers, {"grid": Table(columns, tuple(rows), formats)}, arrays)
+
+
+def window_shape(tensors, shape: ModelShape, *, lengths: tuple[int, ...], n_windows: int, untrained_rows: int,
+                 edge: int) -> Result:
+    """`table_shape` of windows of each length in `lengths` cut from the model's trained rows (`n_windows` starts
+    spread evenly; one window where the length is the whole), and of all trained rows; mean, smallest, largest."""
+    P = np.asarray(tensors["W_pos"], dtype=np.float64)
+    n = len(P) - untrained_rows
+    numbers: dict[str, Number | Text] = {"n_trained": Number(n, "d", "trained rows measured"),
+                                         "n_windows": Number(n_windows, "d", "windows of each length")}
+    rows, arrays = [], {}
+    for length in [L for L in lengths if L < n] + [n]:
+        starts = np.unique(np.round(np.linspace(0, n - length, n_windows)).astype(int))
+        values = np.array([[table_shape(P[s:s + length], edge)[m] for m in MEASURES] for s in starts])
+        key = "whole" if length == n else f"w{length}"
+        arrays[key] = values
+        for i, m in enumerate(MEASURES):
+            column = values[:, i]
+            if m == "period" or not np.isfinite(column).all():
+                continue
+            numbers |= {f"{key}_{m}": Number(float(column.mean()), FORMATS[m], f"{LABELS[m]}, mean over windows of {length}"),
+                        f"{key}_{m}_min": Number(float(column.min()), FORMATS[m], f"{LABELS[m]}, smallest window of {length}"),
+                        f"{key}_{m}_max": Number(float(column.max()), FORMATS[m], f"{LABELS[m]}, largest window of {length}")}
+        rows += [(length, int(s), *v[:4], v[4] if np.isfinite(v[4]) else "undefined", v[5]) for s, v in zip(starts, values)]
+    columns = ("positions", "first row", *(LABELS[m] for m in MEASURES))
+    return Result(numbers, {"windows": Table(columns, tuple(rows), {LABELS[m]: FORMATS[m] for m in MEASURES})}, arrays)
+
+
+def plot_grid(result: Result, shape: ModelShape | None):
+    """PC1's share and λ2/λ1 of each run's table against the training step, with the random walks' means."""
+    a = result.arrays
+    fig, axes = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, 3.4), sharex=True)
+    runs = [k.removesuffix("_shape") for k in a if k.endswith("_shape")]
+    for ax, measure in zip(axes, ("pc1", "pair_ratio")):
+        i = MEASURES.index(measure)
+        for j, key in enumerate(runs):
+            ax.plot(np.maximum(a[f"{key}_steps"], 1), a[f"{key}_shape"][:, i], marker="o", ms=2.5, lw=1,
+                    color=f"C{j}", label=key)
+        for k, style in (("walk256x128", "--"), ("walk256x64", ":")):
+            if k in a:
+                ax.axhline(a[k][:, i].mean(), color="0.4", lw=0.8, ls=style, label=f"random walk {k.removeprefix('walk')}")
+        ax.set_xscale("log")
+        ax.set_xlabel("training step (log; step 0 at 1)")
+        ax.set_ylabel(LABELS[measure])
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=5, fontsize=plotting.MIN_FONT)
+    return fig
+
+
+register("training_grid", "What decides the helix: shape across training runs", training_grid, scope="common",
+         params={"runs": RUNS, "n_draws": 20, "seed": 0, "edge": EDGE},
+         data=grid_inputs, figures={"grid": plot_grid}, groups=(GRID_GROUP,))
+
+register("window_shape", "The table's shape in windows of the trained runs' contexts", window_shape, needs=("W_pos",),
+         params={"lengths": (128, 256, 512), "n_windows": 5, "untrained_rows": 1, "edge": EDGE})

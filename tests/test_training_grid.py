@@ -1,0 +1,118 @@
+"""What decides the helix: the table-shape numbers on tables whose answers are known in closed form, the
+references, windows of a known helix, and the grid's recipes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analyses.engine.sources import GRID, MODELS, ModelShape
+from analyses.toolkit.table_shape import MEASURES, bulk_turns, reference_shapes, table_shape
+from analyses.training_grid import RUNS, change, run_key, window_shape
+
+
+def helix(n: int, turns: float, d: int = 16, rise: float = 0.0) -> np.ndarray:
+    """A helix of `turns` turns over n rows in the first two coordinates, rising by `rise` per row in the third."""
+    angle = 2 * np.pi * turns * np.arange(n) / n
+    P = np.zeros((n, d))
+    P[:, 0], P[:, 1], P[:, 2] = np.cos(angle), np.sin(angle), rise * np.arange(n)
+    return P
+
+
+@pytest.mark.parametrize("turns", [2.0, 3.0, 5.0])
+def test_a_helix_of_k_turns_has_k_turns_its_period_equal_cosine_and_sine_and_a_toeplitz_gram(turns):
+    s = table_shape(helix(512, turns))
+    assert s["turns"] == pytest.approx(turns, rel=0.02)
+    assert s["period"] == pytest.approx(512 / turns, rel=0.02)  # the bulk, 311 rows, holds ≥ 1.2 turns
+    assert s["pc1"] == pytest.approx(0.5, abs=0.02) and s["pair_ratio"] == pytest.approx(1.0, abs=0.05)
+    assert s["top3"] == pytest.approx(1.0)
+    assert s["toeplitz"] > 0.95
+
+
+def test_the_period_is_undefined_where_the_bulk_holds_less_than_one_turn():
+    assert bulk_turns(512, 100, 311) == pytest.approx(1.0)  # rows 100 … 411: 311 steps
+    assert np.isfinite(table_shape(helix(512, 1.8))["period"])  # 311 / (512 / 1.8) ≈ 1.09 turns in the bulk
+    assert np.isnan(table_shape(helix(512, 1.4))["period"])  # ≈ 0.85 turn in the bulk
+
+
+def test_a_straight_ramp_is_one_component_and_reads_half_a_turn_around_its_own_midpoint():
+    """The origin-free winding measures the angle around the table's local centre: from the midpoint of a straight
+    line its two ends lie opposite, so a ramp reads 0.5 turn, not 0 (a ramp is told from a helix by λ2/λ1)."""
+    s = table_shape(helix(256, 0.0, rise=1.0))
+    assert s["pc1"] == pytest.approx(1.0) and s["pair_ratio"] == pytest.approx(0.0, abs=1e-12)
+    assert s["turns"] == pytest.approx(0.5, abs=0.01)
+    assert np.isnan(s["period"])
+
+
+def test_random_walks_have_the_brownian_bridge_spectrum_and_the_draws_are_seeded():
+    """A centred random walk's principal variances fall as 1/k² (the Karhunen–Loève expansion of a Brownian
+    motion with its mean removed): PC1 holds 6/π² of the variance, λ2/λ1 = 1/4, the top three 1.49/(π²/6)."""
+    draws = reference_shapes((400, 400), 3, seed=1)
+    walk = draws["walk"].mean(axis=0)
+    i = {m: MEASURES.index(m) for m in MEASURES}
+    assert walk[i["pc1"]] == pytest.approx(6 / np.pi**2, abs=0.04)
+    assert walk[i["pair_ratio"]] == pytest.approx(0.25, abs=0.04)
+    assert walk[i["top3"]] == pytest.approx((1 + 1 / 4 + 1 / 9) * 6 / np.pi**2, abs=0.04)
+    gaussian = draws["gaussian"].mean(axis=0)
+    assert gaussian[i["top3"]] < 0.05  # no low-rank structure: about 3 of 400 equal variances, spread by MP
+    again = reference_shapes((400, 400), 3, seed=1)
+    np.testing.assert_array_equal(draws["walk"], again["walk"])
+
+
+def test_windows_of_a_helix_cut_the_turns_in_proportion():
+    """A helix of period 128 over 1,025 rows (the last one untrained): windows of 512 hold 4 turns each."""
+    shape = ModelShape("toy", "gpt2", 16, 1025, 1, 1, 10, 64, "pre")
+    r = window_shape({"W_pos": helix(1025, 1025 / 128)}, shape, lengths=(256, 512), n_windows=3, untrained_rows=1,
+                     edge=100)
+    assert r.numbers["w512_turns"].value == pytest.approx(4.0, rel=0.02)
+    assert r.numbers["w256_turns_min"].value == pytest.approx(2.0, rel=0.03)
+    assert r.numbers["whole_turns"].value == pytest.approx(8.0, rel=0.02)
+    assert len(r.tables["windows"].rows) == 3 + 3 + 1
+
+
+def test_every_grid_run_changes_one_thing_from_the_base_or_the_longer_run_and_keeps_the_tokens_per_step():
+    base, long = GRID["kjv-small"], GRID["kjv-small-long"]
+    for name, recipe in GRID.items():
+        assert recipe.tokens_per_step == base.tokens_per_step
+        assert recipe.eval_windows * recipe.n_ctx == base.eval_windows * base.n_ctx  # the same held-out tokens
+        assert MODELS[name].recipe == recipe and MODELS[name].groups == ("training grid",)
+        changed = [{k for k, v in recipe.as_dict().items() if ref.as_dict()[k] != v} - {"batch", "eval_windows"}
+                   for ref in (base, long)]
+        assert min(map(len, changed)) == (0 if name in ("kjv-small", "kjv-small-long") else 1), name
+    assert [run_key(n) for n in RUNS][-2:] == ["main", "main_seed1"] and change("kjv-small") == "base"
+
+
+def test_the_grid_reads_each_runs_history_and_measures_its_last_table_and_half_way_steps(tmp_path, monkeypatch):
+    """A run whose table goes from noise to a helix of two turns over 256 rows, written as `train` writes it: the
+    grid reads its last table (two turns, λ2/λ1 ≈ 1), the loss's half-way step (8 → 4: 6 first reached at step 100)
+    and the top-3 share's half-way step (the snapshot of the helix), and gives references of its shape."""
+    import json
+
+    from safetensors.numpy import save_file
+
+    import analyses.training_grid as grid
+    from analyses.engine.tensors import RECORD_PARTS
+
+    rng = np.random.default_rng(0)
+    noise = 0.01 * rng.standard_normal((256, 64))
+    W = np.stack([noise, noise, helix(256, 2.0, d=64) + noise]).astype(np.float32)
+    directory = tmp_path / "kjv-small"
+    directory.mkdir()
+    save_file({"history.steps": np.array([0, 10, 300]), "history.W_pos": W,
+               "history.eval_steps": np.array([0, 50, 100, 300]),
+               "history.eval_loss": np.array([8.0, 7.0, 5.9, 4.0], dtype=np.float32)},
+              str(directory / "history.safetensors"))
+    record = dict.fromkeys(RECORD_PARTS, {}) | {"fingerprint": {"recipe": GRID["kjv-small"].as_dict()},
+                                                 "run": {"seconds": 600.0}}
+    (directory / "training.json").write_text(json.dumps(record))
+    monkeypatch.setattr(grid, "model_dir", lambda name: tmp_path / name)
+    r = grid.training_grid(runs=("kjv-small",), n_draws=2, seed=0, edge=100)
+    assert r.numbers["base_turns"].value == pytest.approx(2.0, rel=0.03)
+    assert r.numbers["base_pair_ratio"].value == pytest.approx(1.0, abs=0.05)
+    assert r.numbers["base_period"].text == "undefined"  # 55 rows of bulk hold less than a turn of 128
+    assert r.numbers["base_loss_half_step"].value == 100 and r.numbers["base_share_half_step"].value == 300
+    assert r.numbers["base_minutes"].value == pytest.approx(10.0)
+    ratios = [table_shape(P)["pair_ratio"] for P in W]  # recomputed snapshot by snapshot
+    assert r.numbers["base_pair_ratio_min"].value == pytest.approx(min(ratios))
+    assert r.numbers["base_pair_ratio_min_step"].value == [0, 10, 300][int(np.argmin(ratios))]
+    assert "walk256x64_pc1" in r.numbers and len(r.tables["grid"].rows) == 1 + 2
