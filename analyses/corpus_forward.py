@@ -28,7 +28,7 @@ from scipy import sparse
 
 from analyses.engine.registry import register
 from analyses.engine.results import COUNT_SHARE, Accuracy, Number, Result, Table, Text, stable_format
-from analyses.engine.sources import ModelShape, model_spec
+from analyses.engine.sources import ModelShape
 from analyses.toolkit import plotting
 from analyses.toolkit.corpus import (FILE, GENRES, LICENCE, MODULE, PACKAGE, SHA256, VERSION, Corpus,
                                      corpus_inputs, load_corpus, windows)
@@ -396,31 +396,11 @@ def plot_shares(result: Result, shape: ModelShape):
     return fig
 
 
-def _slug(shape: ModelShape) -> str:
-    try:
-        return model_spec(shape.name).slug
-    except Exception:  # a model the registry does not know (unit tests)
-        return shape.name.replace("-", "_")
-
-
-def corpus_section(result: Result, shape: ModelShape) -> str:
-    """A markdown fragment with this model's figure and key numbers (the chapter includes GPT-2's)."""
-    n, slug = result.numbers, _slug(shape)
-    return (f"**{shape.name}: over the corpus.** Over {n['windows'].text} windows of {n['tokens'].text} tokens, "
-            f"position explains {n['pos_emb'].text} ({n['pos_emb_low'].text}–{n['pos_emb_high'].text}) of the variance "
-            f"after the embeddings and {n['pos_last'].text} ({n['pos_last_low'].text}–{n['pos_last_high'].text}) after "
-            f"the last layer; token identity {n['tok_emb'].text} and {n['tok_last'].text}.\n\n"
-            f"![{shape.name}: shares of the hidden-state variance over the corpus windows, signal ranks per window, "
-            f"and consecutive-state angles against the residual-connection null.](_cache/{slug}/corpus_states/shares)"
-            f"{{#fig-corpus-{slug.replace('_', '-')}-shares fig-alt=\"Three panels for {shape.name}: variance shares "
-            f"against state with error bars, box plots of signal ranks, and angles against state.\"}}\n\n")
-
-
 register(
     "corpus_states", "Hidden states over corpus windows: position, token and the rest", corpus_states,
     needs=NEEDS, family_needs=FAMILY_NEEDS, libraries=LIBRARIES, data=corpus_inputs,
     params={"windows_by_family": WINDOWS, "n_boot": 2000, "n_angle_windows": 24, "batch": 20, "seed": 0},
-    figures={"shares": plot_shares}, files={"section.md": corpus_section},
+    figures={"shares": plot_shares},
 )
 
 
