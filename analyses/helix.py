@@ -300,7 +300,6 @@ def plot_helix(result: Result, shape: ModelShape, elev: float = 22.0, azim: floa
             ax.scatter(Z[p, i], Z[p, j], s=30, facecolors="none", edgecolors="black", linewidths=1.0)
             ax.annotate(f"{p}", (Z[p, i], Z[p, j]), textcoords="offset points", xytext=(5, 4), fontsize=8)
     fig.colorbar(points, ax=axes, fraction=0.05, pad=0.03, label="position")
-    fig.suptitle(f"{shape.name}: positions in PC1–PC3 ({result.numbers['top3'].text} of the variance)")
     return fig
 
 
@@ -325,7 +324,6 @@ def plot_components(result: Result, shape: ModelShape):
     for ax in axes[-1]:
         ax.set_xlabel("position")
     fig.legend(*axes.flat[0].get_legend_handles_labels(), loc="outside lower center", ncol=2)
-    fig.suptitle(f"{shape.name}: top principal coordinates as functions of position")
     return fig
 
 
@@ -345,7 +343,6 @@ def plot_phase(result: Result, shape: ModelShape):
     ax.text(len(n) / 2, 0.05, f"bulk: one turn per {result.numbers['period'].text} tokens "
             f"(local periods {result.numbers['period_local_min'].text}–{result.numbers['period_local_max'].text})",
             ha="center", va="bottom", fontsize=8, transform=ax.get_xaxis_transform())
-    ax.set_title(f"{shape.name}: rotation in the PC1–PC2 plane around the helix's axis (shaded: the bulk)")
     return fig
 
 
@@ -360,7 +357,6 @@ def plot_outliers(result: Result, shape: ModelShape):
     ax.set_yscale("log")
     ax.set_xlabel("position")
     ax.set_ylabel("distance from neighbours' trend\n(median steps, log scale)")
-    ax.set_title(f"{shape.name}: how far each position leaves the curve of its neighbours")
     ax.legend(loc="upper center")
     return fig
 

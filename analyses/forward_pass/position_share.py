@@ -151,9 +151,7 @@ def plot_shares(result: Result, shape: ModelShape):
         ax.set_xticks(states, ["E", *range(len(states) - 1)], fontsize=8)
         ax.set_xlabel("state (E: embeddings, ℓ: after layer ℓ)", fontsize=8)
         ax.set_ylim(0, 1)
-        ax.legend(fontsize=7, loc="best")
-    fig.suptitle(f"{shape.name}: how much of each hidden state position and token identity explain "
-                 f"(dotted: chance)", fontsize=10)
+        ax.legend(fontsize=plotting.MIN_FONT, loc="best")
     return fig
 
 

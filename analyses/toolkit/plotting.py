@@ -9,7 +9,6 @@ magnitudes, `POSITION` for colouring points by token position.
 from __future__ import annotations
 
 import io
-import textwrap
 from functools import cache
 
 DIVERGING = "RdBu_r"
@@ -18,14 +17,14 @@ POSITION = "plasma"
 FORMATS = ("svg", "pdf")
 
 STYLE = {
-    "figure.figsize": (6.5, 4.0),
+    "figure.figsize": (446.76 / 72.27, 0.4 * 582.2 / 72.27),  # (MAX_WIDTH, PANEL_HEIGHT): fits any panel slot
     "figure.dpi": 100,
     # Every figure lays itself out (constrained layout) inside its own size: the PDF and the page get the
     # size drawn, and saving does not draw the figure twice to find a tight bounding box.
     "figure.constrained_layout.use": True,
     "savefig.dpi": 150,
-    # Sizes for a figure drawn at the text width (MAX_WIDTH): titles and labels at 9 pt, ticks and legends at
-    # 8 pt (MIN_FONT), the figure title at 10 pt.
+    # Sizes for a figure drawn at the text width (MAX_WIDTH), which prints at the size drawn: panel titles and
+    # labels at 9 pt, ticks and legends at 8 pt (MIN_FONT).
     "font.size": 9,
     "axes.titlesize": 9,
     "axes.labelsize": 9,
@@ -33,7 +32,6 @@ STYLE = {
     "ytick.labelsize": 8,
     "legend.fontsize": 8,
     "legend.title_fontsize": 8,
-    "figure.titlesize": 10,
     "axes.spines.top": False,
     "axes.spines.right": False,
     "axes.grid": False,
@@ -95,43 +93,135 @@ def plain_log_ticks(axis) -> None:
         axis.set_minor_formatter(NullFormatter())
 
 
-MAX_WIDTH = 6.5
-"""Inches: the PDF's text width (and a comfortable web column). A wider figure is scaled down to it, its
-text keeping its size in points, so nothing is printed smaller than drawn."""
+def cumulative_variance_axes(ax) -> None:
+    """Dress axes on which cumulative explained-variance curves are drawn: the number of components on a log axis
+    in plain numbers, the share from 0 to 1 with the 90 % line marked, and the legend."""
+    ax.axhline(0.9, color="0.6", lw=0.8)
+    ax.annotate("90%", (0, 0.9), xycoords=("axes fraction", "data"), xytext=(3, 1), textcoords="offset points",
+                color="0.4", va="bottom")
+    ax.set_xscale("log")
+    plain_log_ticks(ax.xaxis)
+    ax.set_ylim(0, 1.01)
+    ax.set_xlabel("principal components k (log scale)")
+    ax.set_ylabel("cumulative share of variance")
+    ax.legend(loc="lower right")
+
+
+TEXT_WIDTH = 446.76 / 72.27
+"""Inches: the width of the PDF's text block (scrreprt, letter paper, DIV=11: 446.76 TeX points), to which the
+PDF scales every figure (`\\pandocbounded` in _quarto.yml); a comfortable column on the web too."""
+TEXT_HEIGHT = 582.2 / 72.27
+"""Inches: the height of the PDF's text block."""
+MAX_WIDTH = TEXT_WIDTH
+"""Inches: the widest a figure is drawn, so that it prints at the size drawn, its text at the points set."""
+MAX_HEIGHT = 0.8 * TEXT_HEIGHT
+"""Inches: the tallest a figure is drawn; the PDF scales a taller one down to it, to leave room for the caption."""
+HALF_WIDTH = 0.5 * TEXT_WIDTH
+"""Inches: the widest a figure may be drawn that the book shows as one of two panels side by side."""
+PANEL_HEIGHT = 0.4 * TEXT_HEIGHT
+"""Inches: the tallest a figure may be drawn that the book shows as one of two panels stacked in one figure
+(the PDF scales each panel to this height), so that its text prints at the size set."""
 MIN_FONT = 8.0
-"""Points: the smallest text a figure may print."""
+"""Points: the smallest text a figure is drawn with; smaller text is raised to it."""
+MIN_PRINTED_FONT = 7.0
+"""Points: the smallest text may print, after the PDF has scaled the figure to its box."""
+MAX_TITLE = 40
+"""Characters: the longest title a panel may have (a panel's name, not a sentence: the caption says that)."""
+OVERLAP = 0.5
+"""Points: two texts whose boxes share more than this across and up collide."""
 
 
-def fit_to_page(fig) -> None:
-    """Scale a figure wider than MAX_WIDTH down to it (layout is redone at the new size) and raise any text
-    smaller than MIN_FONT to it, so that every label stays readable where the figure is printed."""
+class FigureError(ValueError):
+    """A figure that would print unreadably: text too small, texts that collide or leave the figure, a title
+    that repeats the caption."""
+
+
+def fit_to_page(fig, height: float = MAX_HEIGHT) -> None:
+    """Scale a figure larger than MAX_WIDTH × `height` down into it, keeping its text's sizes in points, and
+    raise any text smaller than MIN_FONT to it (tick labels included: the figure is laid out once first)."""
     from matplotlib.text import Text
 
-    width, height = fig.get_size_inches()
-    if width > MAX_WIDTH:
-        fig.set_size_inches(MAX_WIDTH, height * MAX_WIDTH / width)
+    width, tall = fig.get_size_inches()
+    factor = min(1.0, MAX_WIDTH / width, height / tall)
+    if factor < 1.0:
+        fig.set_size_inches(width * factor, tall * factor)
+    fig.draw_without_rendering()  # creates the tick labels the axes will draw
     for text in fig.findobj(Text):
         if text.get_fontsize() < MIN_FONT:
             text.set_fontsize(MIN_FONT)
-    title = fig._suptitle  # noqa: SLF001 - matplotlib keeps the figure title here (no public getter of the Text)
-    if title is not None:  # break a long title into lines that fit the width (0.55 em per character, a safe mean)
-        per_line = int(fig.get_size_inches()[0] * 72 / (0.55 * title.get_fontsize()))
-        title.set_text("\n".join(textwrap.fill(line, per_line) for line in title.get_text().split("\n")))
+
+
+def drawn_texts(fig) -> list[tuple[object, object]]:
+    """(text, its box in points) of every non-empty text a drawing of the figure prints, in drawing order."""
+    from matplotlib.text import Text
+    from matplotlib.transforms import Affine2D
+
+    drawn = []
+    original = Text.draw
+    to_points = Affine2D().scale(72.0 / fig.dpi)
+
+    def recording(text, renderer):
+        original(text, renderer)
+        if text.get_visible() and text.get_text().strip() and (
+                not hasattr(text, "_check_xy") or text._check_xy(renderer)):  # noqa: SLF001 - annotation clipped away
+            drawn.append((text, text.get_window_extent(renderer).transformed(to_points)))
+
+    Text.draw = recording
+    try:
+        fig.draw_without_rendering()
+    finally:
+        Text.draw = original
+    return drawn
+
+
+def print_problems(fig, width: float = MAX_WIDTH, height: float = MAX_HEIGHT) -> list[str]:
+    """What would make the figure hard to read once the PDF scales it into a box `width` × `height` (inches):
+    a figure title, a panel's title longer than a name (or any on a one-panel figure: the caption says it),
+    text printed below MIN_PRINTED_FONT, texts whose boxes collide, text cut off at the figure's edge."""
+    problems = []
+    if fig._suptitle is not None and fig._suptitle.get_text().strip():  # noqa: SLF001 - no public getter
+        problems.append(f"a figure title ({fig._suptitle.get_text()!r}): the caption says it")  # noqa: SLF001
+    panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>" and ax.get_visible()]
+    for ax in panels:
+        for title in (ax.title, ax._left_title, ax._right_title):  # noqa: SLF001 - the three title slots
+            text = title.get_text().strip()
+            if text and (len(panels) == 1 or len(text) > MAX_TITLE):
+                problems.append(f"a title that reads like a caption ({text!r})")
+    W, H = fig.get_size_inches()
+    scale = min(1.0, width / W, height / H)
+    texts = drawn_texts(fig)
+    for text, _ in texts:
+        if text.get_fontsize() * scale < MIN_PRINTED_FONT - 1e-9:
+            problems.append(f"{text.get_text()!r} prints at {text.get_fontsize() * scale:.1f} pt")
+    for text, box in texts:
+        if box.x0 < -OVERLAP or box.y0 < -OVERLAP or box.x1 > 72 * W + OVERLAP or box.y1 > 72 * H + OVERLAP:
+            problems.append(f"{text.get_text()!r} is cut off at the figure's edge")
+    for i, (a, box_a) in enumerate(texts):
+        for b, box_b in texts[i + 1:]:
+            across = min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0)
+            up = min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0)
+            if across > OVERLAP and up > OVERLAP:
+                problems.append(f"{a.get_text()!r} and {b.get_text()!r} overlap")
+    return problems
 
 
 def render(fig) -> dict[str, bytes]:
-    """The figure, fitted to the page, as {extension: bytes} in every format, without dates or random ids;
-    then closed."""
+    """The figure, fitted to the page and checked (`print_problems`; a FigureError names what is wrong), as
+    {extension: bytes} in every format, without dates or random ids; then closed."""
     metadata = {"svg": {"Date": None, "Creator": None}, "pdf": {"CreationDate": None, "ModDate": None, "Creator": None,
                                                               "Producer": None}}
     fit_to_page(fig)
+    problems = print_problems(fig)
+    if problems:
+        pyplot().close(fig)
+        raise FigureError("; ".join(problems))
+    # The layout found by the check holds for every format (same size, same fonts, vector formats at 72 dpi):
+    # keep it rather than solve it again, a third of the cost of a large figure.
+    fig.set_layout_engine("none")
     out = {}
     for ext in FORMATS:
         buffer = io.BytesIO()
         fig.savefig(buffer, format=ext, metadata=metadata[ext])
         out[ext] = buffer.getvalue()
-        # The layout found while drawing the first format holds for the next (same size, same fonts, both
-        # vector formats at 72 dpi): keep it rather than solve it again, half the cost of a large figure.
-        fig.set_layout_engine("none")
     pyplot().close(fig)
     return out
