@@ -208,7 +208,7 @@ def plot_shell(result: Result, shape: ModelShape | None):
     fig, ax = _plot_against_dimension(result, shell_fraction, result.arrays["epsilons"], "ε = {:g}")
     ax.annotate("D = 768 (GPT-2)", (768, 0.05), textcoords="offset points", xytext=(-4, 0), ha="right", fontsize=8)
     ax.set_ylim(0, 1.02)
-    ax.set_ylabel("fraction of the ball's volume with ‖x‖ ≥ 1 − ε")
+    ax.set_ylabel("volume share with ‖x‖ ≥ 1 − ε")
     ax.legend(loc="upper left")
     return fig
 

@@ -169,7 +169,7 @@ def plot_table(result: Result, shape: ModelShape | None):
 def plot_cosines(result: Result, shape: ModelShape | None):
     """cos(PE(m), PE(n)) is constant along every diagonal: it depends on n − m only."""
     C = result.arrays["C"]
-    fig, ax = plotting.subplots(figsize=(5.6, 4.6))
+    fig, ax = plotting.subplots(figsize=(5.6, 4.6), layout="compressed")  # keeps the square's labels inside
     image = ax.imshow(C, cmap=plotting.DIVERGING, vmin=-1, vmax=1, interpolation="nearest", rasterized=True)
     ax.set_xlabel("position n")
     ax.set_ylabel("position m")

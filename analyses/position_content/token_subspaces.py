@@ -370,7 +370,7 @@ def _first_direction(P: np.ndarray, S_E: np.ndarray, V_E: np.ndarray, ks: tuple[
 def plot_energy(result: Result, shape: ModelShape):
     """P's energy in E's top-k subspace against k, with random subspaces; with a replicate, the runs' agreement."""
     a = result.arrays
-    curve, moments, D = a["curve"], a["moments"], int(a["D"])
+    curve, moments = a["curve"], a["moments"]
     k = np.arange(1, curve.size + 1)
     panels = 2 if "agreement" in a else 1
     fig, axes = plotting.subplots(1, panels, figsize=(plotting.MAX_WIDTH if panels == 2 else 4.6, 4.0), squeeze=False)
