@@ -282,9 +282,9 @@ def plot_helix(result: Result, shape: ModelShape, elev: float = 22.0, azim: floa
     points = ax3.scatter(Z[:, 0], Z[:, 1], Z[:, 2], c=n, cmap=plotting.POSITION, s=3, depthshade=False,
                          rasterized=True)
     ax3.view_init(elev=elev, azim=azim)
-    ax3.set_box_aspect(None, zoom=0.85)  # room inside the axes for the tick and axis labels
+    ax3.set_box_aspect(None, zoom=0.8)  # room inside the axes for the tick and axis labels
     for k, set_label in enumerate((ax3.set_xlabel, ax3.set_ylabel, ax3.set_zlabel)):
-        set_label(_axis_label(result, k), labelpad=2)
+        set_label(_axis_label(result, k), labelpad=7)
     ax3.tick_params(labelsize=8, pad=0)
     for axis in (ax3.xaxis, ax3.yaxis, ax3.zaxis):
         axis.set_major_locator(MaxNLocator(5, steps=[1, 2, 5, 10]))
@@ -315,9 +315,10 @@ def plot_components(result: Result, shape: ModelShape):
         ax.plot(n, Z[:, i], color="C0", lw=1.0, label="principal coordinate")
         ax.plot(n, offset + amplitude * np.cos(2 * np.pi * n / period + phase), color="C3", lw=0.9, ls="--",
                 label="fitted sinusoid")
-        bound = " (bound: half a cycle)" if np.isclose(period, 2 * len(Z), rtol=1e-6) else ""
+        bound = np.isclose(period, 2 * len(Z), rtol=1e-6)
         ax.set_title(f"PC{i + 1} ({result.arrays['ratios'][i]:.1%}), R² = {result.numbers[f'pc{i + 1}_r2'].text}"
-                     f"\nperiod {period:.0f} tokens{bound}", fontsize=8)
+                     f"\nperiod {'≥ ' if bound else ''}{period:.0f} tokens{' (half a cycle)' if bound else ''}",
+                     fontsize=plotting.MIN_FONT)
         ax.set_ylabel(f"z{i + 1}")
     for ax in axes.flat[k:]:
         ax.set_visible(False)

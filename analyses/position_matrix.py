@@ -220,7 +220,7 @@ def plot_last_row(result: Result, shape: ModelShape):
     right.plot(osm, slope * osm + intercept, color="0.3", lw=1)
     right.set_xlabel("standard normal quantile")
     right.set_ylabel("ordered entry")
-    right.set_title(f"normal Q–Q plot (Shapiro–Wilk p = {result.numbers['shapiro_p'].text})", fontsize=9)
+    right.set_title(f"Q–Q plot, Shapiro–Wilk p = {result.numbers['shapiro_p'].text}")
     fig.legend(*left.get_legend_handles_labels(), loc="outside lower center", ncol=3)
     return fig
 

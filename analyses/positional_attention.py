@@ -404,7 +404,7 @@ def plot_score_profiles(result: Result, shape: ModelShape):
         ax.set_title(f"head {head}", fontsize=8)
     fig.supxlabel("offset i − j", fontsize=9)
     fig.supylabel("score − row mean", fontsize=9)
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=2)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside upper center", ncol=2)
     return fig
 
 

@@ -94,6 +94,27 @@ def test_colliding_tick_labels_fail():
     assert any("overlap" in p for p in plotting.print_problems(fig))
 
 
+def test_turned_labels_collide_only_where_their_own_rectangles_meet():
+    """Labels turned 35°: their axis-aligned boxes overlap, the labels do not; squeezed closer, they do."""
+    labels = [f"{h}: current + previous" for h in range(12)]
+    fig, (ax,) = _figure()
+    ax.set_xticks(range(12), labels, rotation=35, ha="right", rotation_mode="anchor")
+    plotting.fit_to_page(fig)
+    assert plotting.print_problems(fig) == []
+    fig, (ax,) = _figure(width=2.0)
+    ax.set_xticks(range(12), labels, rotation=35, ha="right", rotation_mode="anchor")
+    plotting.fit_to_page(fig)
+    assert any("overlap" in p for p in plotting.print_problems(fig))
+
+
+def test_overlap_of_polygons():
+    square = np.array([[0, 0], [2, 0], [2, 2], [0, 2]], dtype=float)
+    assert plotting.overlap(square, square + [1.5, 0]) == pytest.approx(0.5)
+    assert plotting.overlap(square, square + [3, 0]) == pytest.approx(-1)
+    diamond = np.array([[0, -1], [1, 0], [0, 1], [-1, 0]], dtype=float) + [2.8, 2.8]  # their boxes overlap, not they
+    assert plotting.overlap(square, diamond) < 0
+
+
 def test_text_cut_off_at_the_edge_fails():
     fig, (ax,) = _figure()
     ax.annotate("far out", (1, 1), xytext=(400, 0), textcoords="offset points").set_in_layout(False)

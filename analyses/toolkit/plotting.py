@@ -11,13 +11,39 @@ from __future__ import annotations
 import io
 from functools import cache
 
+import numpy as np
+
 DIVERGING = "RdBu_r"
 SEQUENTIAL = "viridis"
 POSITION = "plasma"
 FORMATS = ("svg", "pdf")
 
+TEXT_WIDTH = 446.76 / 72.27
+"""Inches: the width of the PDF's text block (scrreprt, letter paper, DIV=11: 446.76 TeX points), to which the
+PDF scales every figure (`\\pandocbounded` in _quarto.yml); a comfortable column on the web too."""
+TEXT_HEIGHT = 582.2 / 72.27
+"""Inches: the height of the PDF's text block."""
+MAX_WIDTH = TEXT_WIDTH
+"""Inches: the widest a figure is drawn, so that it prints at the size drawn, its text at the points set."""
+MAX_HEIGHT = 0.8 * TEXT_HEIGHT
+"""Inches: the tallest a figure is drawn; the PDF scales a taller one down to it, to leave room for the caption."""
+HALF_WIDTH = 0.5 * TEXT_WIDTH
+"""Inches: the widest a figure may be drawn that the book shows as one of two panels side by side."""
+PANEL_HEIGHT = 0.4 * TEXT_HEIGHT
+"""Inches: the tallest a figure may be drawn that the book shows as one of two panels stacked in one figure
+(the PDF scales each panel to this height), so that its text prints at the size set."""
+MIN_FONT = 8.0
+"""Points: the smallest text a figure is drawn with; smaller text is raised to it."""
+MIN_PRINTED_FONT = 7.0
+"""Points: the smallest text may print, after the PDF has scaled the figure to its box."""
+MAX_TITLE = 40
+"""Characters: the longest line of a panel's title (a panel's name, not a sentence: the caption says that)."""
+OVERLAP = 0.5
+"""Points: two texts whose rectangles overlap by more than this collide."""
+
+
 STYLE = {
-    "figure.figsize": (446.76 / 72.27, 0.4 * 582.2 / 72.27),  # (MAX_WIDTH, PANEL_HEIGHT): fits any panel slot
+    "figure.figsize": (MAX_WIDTH, PANEL_HEIGHT),  # fits a whole line and a stacked panel's slot alike
     "figure.dpi": 100,
     # Every figure lays itself out (constrained layout) inside its own size: the PDF and the page get the
     # size drawn, and saving does not draw the figure twice to find a tight bounding box.
@@ -107,30 +133,6 @@ def cumulative_variance_axes(ax) -> None:
     ax.legend(loc="lower right")
 
 
-TEXT_WIDTH = 446.76 / 72.27
-"""Inches: the width of the PDF's text block (scrreprt, letter paper, DIV=11: 446.76 TeX points), to which the
-PDF scales every figure (`\\pandocbounded` in _quarto.yml); a comfortable column on the web too."""
-TEXT_HEIGHT = 582.2 / 72.27
-"""Inches: the height of the PDF's text block."""
-MAX_WIDTH = TEXT_WIDTH
-"""Inches: the widest a figure is drawn, so that it prints at the size drawn, its text at the points set."""
-MAX_HEIGHT = 0.8 * TEXT_HEIGHT
-"""Inches: the tallest a figure is drawn; the PDF scales a taller one down to it, to leave room for the caption."""
-HALF_WIDTH = 0.5 * TEXT_WIDTH
-"""Inches: the widest a figure may be drawn that the book shows as one of two panels side by side."""
-PANEL_HEIGHT = 0.4 * TEXT_HEIGHT
-"""Inches: the tallest a figure may be drawn that the book shows as one of two panels stacked in one figure
-(the PDF scales each panel to this height), so that its text prints at the size set."""
-MIN_FONT = 8.0
-"""Points: the smallest text a figure is drawn with; smaller text is raised to it."""
-MIN_PRINTED_FONT = 7.0
-"""Points: the smallest text may print, after the PDF has scaled the figure to its box."""
-MAX_TITLE = 40
-"""Characters: the longest title a panel may have (a panel's name, not a sentence: the caption says that)."""
-OVERLAP = 0.5
-"""Points: two texts whose boxes share more than this across and up collide."""
-
-
 class FigureError(ValueError):
     """A figure that would print unreadably: text too small, texts that collide or leave the figure, a title
     that repeats the caption."""
@@ -151,20 +153,47 @@ def fit_to_page(fig, height: float = MAX_HEIGHT) -> None:
             text.set_fontsize(MIN_FONT)
 
 
-def drawn_texts(fig) -> list[tuple[object, object]]:
-    """(text, its box in points) of every non-empty text a drawing of the figure prints, in drawing order."""
+def _corners(text, renderer, scale: float) -> np.ndarray:
+    """The four corners (points) of a text's own rectangle, turned with the text: a turned label's box (the
+    axis-aligned box around it, with the same centre) is wider than the label."""
+    box = text.get_window_extent(renderer)
+    angle = np.radians(text.get_rotation())
+    if np.isclose(np.sin(2 * angle), 0.0):  # upright or a quarter turn: the box is the rectangle
+        return scale * np.array([[box.x0, box.y0], [box.x1, box.y0], [box.x1, box.y1], [box.x0, box.y1]])
+    rotation = text.get_rotation()
+    text.set_rotation(0)
+    flat = text.get_window_extent(renderer)
+    text.set_rotation(rotation)
+    half = np.array([[-1, -1], [1, -1], [1, 1], [-1, 1]]) * [flat.width / 2, flat.height / 2]
+    turn = np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
+    return scale * (np.array([(box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2]) + half @ turn.T)
+
+
+def overlap(a: np.ndarray, b: np.ndarray) -> float:
+    """How far two convex polygons (corners in order) overlap, in points: the least, over the directions across
+    their edges, of the overlap of their shadows on that direction (≤ 0: they do not meet)."""
+    least = np.inf
+    for polygon in (a, b):
+        for edge in np.diff(np.vstack([polygon, polygon[:1]]), axis=0):
+            normal = np.array([-edge[1], edge[0]]) / np.hypot(*edge)
+            pa, pb = a @ normal, b @ normal
+            least = min(least, min(pa.max(), pb.max()) - max(pa.min(), pb.min()))
+    return least
+
+
+def drawn_texts(fig) -> list[tuple[object, np.ndarray]]:
+    """(text, its rectangle's corners in points) of every non-empty text a drawing of the figure prints, in
+    drawing order."""
     from matplotlib.text import Text
-    from matplotlib.transforms import Affine2D
 
     drawn = []
     original = Text.draw
-    to_points = Affine2D().scale(72.0 / fig.dpi)
 
     def recording(text, renderer):
         original(text, renderer)
         if text.get_visible() and text.get_text().strip() and (
                 not hasattr(text, "_check_xy") or text._check_xy(renderer)):  # noqa: SLF001 - annotation clipped away
-            drawn.append((text, text.get_window_extent(renderer).transformed(to_points)))
+            drawn.append((text, _corners(text, renderer, 72.0 / fig.dpi)))
 
     Text.draw = recording
     try:
@@ -185,7 +214,7 @@ def print_problems(fig, width: float = MAX_WIDTH, height: float = MAX_HEIGHT) ->
     for ax in panels:
         for title in (ax.title, ax._left_title, ax._right_title):  # noqa: SLF001 - the three title slots
             text = title.get_text().strip()
-            if text and (len(panels) == 1 or len(text) > MAX_TITLE):
+            if text and (len(panels) == 1 or max(map(len, text.split("\n"))) > MAX_TITLE):
                 problems.append(f"a title that reads like a caption ({text!r})")
     W, H = fig.get_size_inches()
     scale = min(1.0, width / W, height / H)
@@ -193,14 +222,12 @@ def print_problems(fig, width: float = MAX_WIDTH, height: float = MAX_HEIGHT) ->
     for text, _ in texts:
         if text.get_fontsize() * scale < MIN_PRINTED_FONT - 1e-9:
             problems.append(f"{text.get_text()!r} prints at {text.get_fontsize() * scale:.1f} pt")
-    for text, box in texts:
-        if box.x0 < -OVERLAP or box.y0 < -OVERLAP or box.x1 > 72 * W + OVERLAP or box.y1 > 72 * H + OVERLAP:
+    for text, corners in texts:
+        if (corners < -OVERLAP).any() or (corners > np.array([72 * W, 72 * H]) + OVERLAP).any():
             problems.append(f"{text.get_text()!r} is cut off at the figure's edge")
-    for i, (a, box_a) in enumerate(texts):
-        for b, box_b in texts[i + 1:]:
-            across = min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0)
-            up = min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0)
-            if across > OVERLAP and up > OVERLAP:
+    for i, (a, corners_a) in enumerate(texts):
+        for b, corners_b in texts[i + 1:]:
+            if overlap(corners_a, corners_b) > OVERLAP:
                 problems.append(f"{a.get_text()!r} and {b.get_text()!r} overlap")
     return problems
 
