@@ -375,11 +375,11 @@ def plot_shares(result: Result, shape: ModelShape):
                              capsize=2, label=f"{name}, {what}")
     axes[0].set_ylim(0, 1)
     axes[0].set_ylabel("share of variance")
-    axes[0].set_title("shares, 95 % intervals over windows", fontsize=8)
+    axes[0].set_title("shares, 95 % intervals", fontsize=8)
     ranks = a["ranks"]
     axes[1].boxplot(list(ranks), positions=states, widths=0.6, showfliers=False)
     axes[1].set_ylabel("signal rank per window")
-    axes[1].set_title("above the Marchenko–Pastur edge", fontsize=8)
+    axes[1].set_title("signal rank", fontsize=8)
     x = states[1:]
     for values, colour, name in ((a["angle"], "C3", "measured"), (a["angle_null"], "0.5", "residual null")):
         axes[2].plot(np.repeat(x, values.shape[1]) + (0.1 if colour == "0.5" else -0.1), values.ravel(), ".",

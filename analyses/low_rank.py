@@ -263,7 +263,7 @@ def plot_overlap(result: Result, shape: ModelShape):
     """Jaccard index between the 90 % supports of the top right singular vectors."""
     overlap = result.arrays["overlap"]
     n = len(overlap)
-    fig, ax = plotting.subplots(figsize=(4.8, 4.0))
+    fig, ax = plotting.subplots(figsize=(4.8, 4.0), layout="compressed")  # keeps the square's labels inside
     image = ax.imshow(overlap, cmap=plotting.SEQUENTIAL, vmin=0, vmax=1, interpolation="nearest")
     ticks = np.arange(n)
     ax.set_xticks(ticks, [f"v{i + 1}" for i in ticks], fontsize=8)

@@ -285,28 +285,21 @@ def plot_offset(result: Result, shape: ModelShape):
     mean, std = result.arrays["offset_mean"], result.arrays["offset_std"]
     mean_all, residual = result.arrays["offset_mean_all"], result.arrays["residual"]
     k = np.arange(1, len(mean) + 1)
-    fig, axes = plotting.subplots(2, 2, figsize=(plotting.MAX_WIDTH, plotting.PANEL_HEIGHT), sharex=True,
-                                  gridspec_kw={"width_ratios": (1.4, 1)})
-    gs = axes[0, 0].get_subplotspec().get_gridspec()
-    for a in axes[:, 0]:
-        a.remove()
-    ax, ax_0, ax_r = fig.add_subplot(gs[:, 0]), axes[0, 1], axes[1, 1]
+    fig, (ax, ax_0, ax_r) = plotting.subplots(3, 1, figsize=(plotting.MAX_WIDTH, plotting.PANEL_HEIGHT), sharex=True,
+                                              gridspec_kw={"height_ratios": (2, 1, 1)})
     ax.fill_between(k, mean - std, mean + std, color="C0", alpha=0.25, lw=0, label="± 1 std over pairs")
     ax.plot(k, mean, color="C0", lw=1.2, label="mean")
-    ax.axhline(0, color="0.5", lw=0.6)
     ax.set_ylabel("cos(p_i, p_j)")
     ax.legend(loc="upper right")
     ax_0.plot(k, mean_all - mean, color="C3", lw=0.9)
-    ax_0.set_ylabel("position 0 kept\nminus left out")
+    ax_0.set_ylabel("change")
     window = result.numbers["ringing_window"].value
-    k_r = np.arange(1 + window // 2, 1 + window // 2 + len(residual))
-    ax_r.plot(k_r, residual, color="C2", lw=0.9)
-    ax_r.set_ylabel(f"mean minus its\n{window}-token average")
+    ax_r.plot(np.arange(1 + window // 2, 1 + window // 2 + len(residual)), residual, color="C2", lw=0.9)
+    ax_r.set_ylabel("residual")
+    ax_r.set_xlabel("offset |i − j| (tokens)")
     for a in (ax, ax_0, ax_r):
         a.axhline(0, color="0.5", lw=0.6)
-        a.set_xlim(0, len(mean) + 1)
-    for a in (ax, ax_r):
-        a.set_xlabel("offset |i − j| (tokens)")
+    ax.set_xlim(0, len(mean) + 1)
     return fig
 
 

@@ -217,7 +217,7 @@ def plot_effects(result: Result, shape: ModelShape):
     ax.set_yticks(range(ratio.shape[0]))
     ax.set_xlabel("head", fontsize=8)
     ax.set_ylabel("layer", fontsize=8)
-    ax.set_title(f"each head's change, top-{k} removed, over the controls' mean (log colour)", fontsize=8)
+    ax.set_title("each head: change / controls' mean", fontsize=8)
     ax = axes["sentences"]
     if "sentence_cos" in a:
         cos = a["sentence_cos"]

@@ -152,7 +152,7 @@ def plot_spectra(result: Result, shape: ModelShape):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("index i")
-        ax.set_title(f"{name} prompt ({result.numbers[f'{name}_tokens'].text} tokens)", fontsize=9)
+        ax.set_title(f"{name}, {result.numbers[f'{name}_tokens'].text} tokens", fontsize=plotting.MIN_FONT)
     top = max(float(a[f"{name}_sv"].max()) for name in PROMPTS)
     axes[0].set_ylim(0.1, 1.5 * top)  # below 0.1: BERT's LayerNorm null direction (a singular value ≈ 0), off the scale
     plotting.plain_log_ticks(axes[0].yaxis)

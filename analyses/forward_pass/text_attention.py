@@ -162,7 +162,8 @@ def plot_patterns(result: Result, shape: ModelShape):
             ax = axes[r, c]
             image = ax.imshow(np.clip(zooms[r, layer, h], 1e-3, 1), cmap=plotting.SEQUENTIAL, norm=_log_norm(1e-3),
                               interpolation="nearest")
-            ax.set_title(f"head {layer}.{h}, {what}" + (f"\noverlap {O[layer, h]:.2f}" if r == 0 else ""), fontsize=plotting.MIN_FONT)
+            second = f"overlap {O[layer, h]:.2f}" if r == 0 else what
+            ax.set_title(f"head {layer}.{h}{', text' if r == 0 else ''}\n{second}", fontsize=plotting.MIN_FONT)
             ax.set_xticks([])
             ax.set_yticks([])
     axes[1, 0].set_xlabel("key j")
