@@ -62,6 +62,21 @@ def test_tick_labels_set_small_are_raised_too():
     assert plotting.print_problems(fig) == []
 
 
+def test_sub_and_superscripts_count_at_their_own_size():
+    """A 9 pt label's subscript prints at 6.3 pt, a log axis's exponents at 5.6 pt: raised so they reach 7 pt."""
+    fig, (ax,) = _figure()
+    label = r"$\sigma_i$"
+    ax.set_ylabel(label)
+    ax.set_yscale("log")
+    ax.set_ylim(1e-3, 1)
+    problems = plotting.print_problems(fig)
+    assert f"{label!r} prints at 6.3 pt" in problems
+    assert any("10^{-2}" in p and "prints at 5.6 pt" in p for p in problems)
+    plotting.fit_to_page(fig)
+    assert plotting.print_problems(fig) == []
+    assert ax.yaxis.label.get_fontsize() == pytest.approx(10.0)
+
+
 def test_text_printed_smaller_by_scaling_fails():
     """8 pt ticks on a figure 4.3 in tall, shown as a stacked panel (3.2 in), print at 6 pt."""
     fig, _ = _figure(height=4.3)

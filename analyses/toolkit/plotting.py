@@ -9,6 +9,7 @@ magnitudes, `POSITION` for colouring points by token position.
 from __future__ import annotations
 
 import io
+import re
 from functools import cache
 
 import numpy as np
@@ -36,6 +37,10 @@ MIN_FONT = 8.0
 """Points: the smallest text a figure is drawn with; smaller text is raised to it."""
 MIN_PRINTED_FONT = 7.0
 """Points: the smallest text may print, after the PDF has scaled the figure to its box."""
+SCRIPT = 0.7
+"""Mathtext's size for a sub- or superscript (an exponent of a log axis's tick label), relative to its text."""
+MATH_SCRIPT = re.compile(r"\$[^$]*[_^][^$]*\$")
+"""Text with mathtext sub- or superscripts."""
 MAX_TITLE = 40
 """Characters: the longest line of a panel's title (a panel's name, not a sentence: the caption says that)."""
 OVERLAP = 0.5
@@ -138,9 +143,15 @@ class FigureError(ValueError):
     that repeats the caption."""
 
 
+def smallest_size(text) -> float:
+    """Points: the smallest glyphs of a text, its size or, with mathtext sub- or superscripts, SCRIPT of it."""
+    return text.get_fontsize() * (SCRIPT if MATH_SCRIPT.search(text.get_text()) else 1.0)
+
+
 def fit_to_page(fig, height: float = MAX_HEIGHT) -> None:
     """Scale a figure larger than MAX_WIDTH × `height` down into it, keeping its text's sizes in points, and
-    raise any text smaller than MIN_FONT to it (tick labels included: the figure is laid out once first)."""
+    raise any text smaller than MIN_FONT to it, text with sub- or superscripts so far that they reach
+    MIN_PRINTED_FONT (tick labels included: the figure is laid out once first)."""
     from matplotlib.text import Text
 
     width, tall = fig.get_size_inches()
@@ -149,8 +160,9 @@ def fit_to_page(fig, height: float = MAX_HEIGHT) -> None:
         fig.set_size_inches(width * factor, tall * factor)
     fig.draw_without_rendering()  # creates the tick labels the axes will draw
     for text in fig.findobj(Text):
-        if text.get_fontsize() < MIN_FONT:
-            text.set_fontsize(MIN_FONT)
+        floor = max(MIN_FONT, MIN_PRINTED_FONT / SCRIPT) if MATH_SCRIPT.search(text.get_text()) else MIN_FONT
+        if text.get_fontsize() < floor:
+            text.set_fontsize(floor)
 
 
 def _corners(text, renderer, scale: float) -> np.ndarray:
@@ -220,8 +232,8 @@ def print_problems(fig, width: float = MAX_WIDTH, height: float = MAX_HEIGHT) ->
     scale = min(1.0, width / W, height / H)
     texts = drawn_texts(fig)
     for text, _ in texts:
-        if text.get_fontsize() * scale < MIN_PRINTED_FONT - 1e-9:
-            problems.append(f"{text.get_text()!r} prints at {text.get_fontsize() * scale:.1f} pt")
+        if smallest_size(text) * scale < MIN_PRINTED_FONT - 1e-9:
+            problems.append(f"{text.get_text()!r} prints at {smallest_size(text) * scale:.1f} pt")
     for text, corners in texts:
         if (corners < -OVERLAP).any() or (corners > np.array([72 * W, 72 * H]) + OVERLAP).any():
             problems.append(f"{text.get_text()!r} is cut off at the figure's edge")
