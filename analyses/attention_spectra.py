@@ -322,7 +322,7 @@ def plot_spectra(result: Result, shape: ModelShape):
     for ax in axes[1]:
         ax.set_xlabel("rank i")
     for ax in axes[:, 0]:
-        ax.set_ylabel(r"$\sigma_i\,/\,(\Vert W\Vert_F/\sqrt{D})$")
+        ax.set_ylabel(r"$\sigma_i\,/\,(\Vert W\Vert_F\,D^{-1/2})$")  # no radical: its sign prints at 5.6 pt
     axes[0, 0].legend(loc="lower left")
     norm = plt.Normalize(0, spectra.shape[0] - 1)
     bar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes, fraction=0.03, pad=0.02)
