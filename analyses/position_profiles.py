@@ -51,7 +51,8 @@ def plot_cumulative(result: Result, shape: ModelShape):
         curve = result.arrays[f"cumulative_{key}"]
         sinusoidal = key.startswith("sinusoidal")
         ax.plot(np.arange(1, len(curve) + 1), curve, color="0.35" if sinusoidal else f"C{i}",
-                ls="--" if key == "sinusoidal_window" else ":" if sinusoidal else "-", lw=1.4, label=label)
+                ls="--" if key == "sinusoidal_window" else ":" if sinusoidal else "-", lw=1.4,
+                label=label.removeprefix("learned, "))  # a half-width panel: the legend stays off the curves
     plotting.cumulative_variance_axes(ax)
     return fig
 
