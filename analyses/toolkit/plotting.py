@@ -244,14 +244,15 @@ def print_problems(fig, width: float = MAX_WIDTH, height: float = MAX_HEIGHT) ->
     return problems
 
 
-def render(fig) -> dict[str, bytes]:
-    """The figure, fitted to the page and checked (`print_problems`; a FigureError names what is wrong), as
-    {extension: bytes} in every format, without dates or random ids; then closed."""
+def render(fig, check: bool = True) -> dict[str, bytes]:
+    """The figure, fitted to the page and, if `check`, checked (`print_problems`; a FigureError names what is
+    wrong), as {extension: bytes} in every format, without dates or random ids; then closed. Unchecked: a
+    figure no book shows (a test's tiny model, whose figures need not read well)."""
     metadata = {"svg": {"Date": None, "Creator": None}, "pdf": {"CreationDate": None, "ModDate": None, "Creator": None,
                                                               "Producer": None}}
     fit_to_page(fig)
-    problems = print_problems(fig)
-    if problems:
+    problems = print_problems(fig)  # lays the figure out at its final fonts, checked or not
+    if check and problems:
         pyplot().close(fig)
         raise FigureError("; ".join(problems))
     # The layout found by the check holds for every format (same size, same fonts, vector formats at 72 dpi):
