@@ -322,13 +322,11 @@ def plot_spectra(result: Result, shape: ModelShape):
     for ax in axes[1]:
         ax.set_xlabel("rank i")
     for ax in axes[:, 0]:
-        ax.set_ylabel(r"$\sigma_i\,/\,(\Vert W\Vert_F/\sqrt{D})$")
+        ax.set_ylabel(r"$\sigma_i\,/\,(\Vert W\Vert_F\,D^{-1/2})$")  # no radical: its sign prints at 5.6 pt
     axes[0, 0].legend(loc="lower left")
     norm = plt.Normalize(0, spectra.shape[0] - 1)
     bar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes, fraction=0.03, pad=0.02)
     bar.set_label("layer")
-    fig.suptitle(f"{shape.name}: singular spectra of the {shape.d_model}×{shape.d_model} attention matrices "
-                 "(log scale)")
     return fig
 
 
@@ -362,7 +360,6 @@ def plot_baselines(result: Result, shape: ModelShape):
     left.legend([handles[i] for i in order], [labels[i] for i in order], ncol=2, loc="upper center",
                 bbox_to_anchor=(0.5, -0.22))
     right.legend(ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.22), title="Gaussian quantiles")
-    fig.suptitle(f"{shape.name}: attention matrices against random ones of the same shape and norm")
     return fig
 
 
@@ -381,7 +378,6 @@ def plot_head_effective_rank(result: Result, shape: ModelShape):
     axes[0].set_yticks(range(0, erank.shape[0], 2))
     bar = fig.colorbar(image, ax=list(axes), fraction=0.03, pad=0.02)
     bar.set_label(f"effective rank\n(max {shape.d_head})")
-    fig.suptitle(f"{shape.name}: effective rank of each head's {shape.d_head}-dimensional block")
     return fig
 
 
@@ -477,7 +473,6 @@ def plot_alignment(result: Result, shape: ModelShape):
     first.set_yticks(range(enrichment.shape[1]))
     bar = fig.colorbar(image, ax=list(np.atleast_1d(axes)), fraction=0.04, pad=0.02)
     bar.set_label("enrichment $a_k/(k/D)$\n(log scale, 1 = chance)")
-    fig.suptitle(f"{shape.name}: enrichment of P's top-k directions in each attention matrix")
     return fig
 
 
@@ -505,7 +500,6 @@ def plot_overlaps(result: Result, shape: ModelShape):
     fig.supylabel("singular vector i of the matrix (by size)", fontsize=9)
     bar = fig.colorbar(image, ax=axes, fraction=0.04, pad=0.02)
     bar.set_label("squared overlap (square-root scale)")
-    fig.suptitle(f"{shape.name}, layer 0: leading singular vectors against P's top directions")
     return fig
 
 

@@ -375,11 +375,11 @@ def plot_shares(result: Result, shape: ModelShape):
                              capsize=2, label=f"{name}, {what}")
     axes[0].set_ylim(0, 1)
     axes[0].set_ylabel("share of variance")
-    axes[0].set_title("shares, 95 % intervals over windows", fontsize=8)
+    axes[0].set_title("shares, 95 % intervals", fontsize=8)
     ranks = a["ranks"]
     axes[1].boxplot(list(ranks), positions=states, widths=0.6, showfliers=False)
     axes[1].set_ylabel("signal rank per window")
-    axes[1].set_title("above the Marchenko–Pastur edge", fontsize=8)
+    axes[1].set_title("signal rank", fontsize=8)
     x = states[1:]
     for values, colour, name in ((a["angle"], "C3", "measured"), (a["angle_null"], "0.5", "residual null")):
         axes[2].plot(np.repeat(x, values.shape[1]) + (0.1 if colour == "0.5" else -0.1), values.ravel(), ".",
@@ -387,12 +387,11 @@ def plot_shares(result: Result, shape: ModelShape):
         axes[2].plot(x, values.mean(axis=1), "o-", color=colour, ms=3, label=name)
     axes[2].set_ylabel("angle to previous state (°)")
     axes[2].set_title("consecutive states", fontsize=8)
-    axes[2].legend(fontsize=7)
+    axes[2].legend()
     for ax in axes:
-        ax.set_xticks(states, ticks, fontsize=8)
-        ax.set_xlabel("state", fontsize=8)
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=3, fontsize=7)
-    fig.suptitle(f"{shape.name}: hidden states over {result.numbers['windows'].text} corpus windows", fontsize=10)
+        ax.set_xticks(states, ticks)
+        ax.set_xlabel("state")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=3)
     return fig
 
 
@@ -498,24 +497,26 @@ def corpus_ablation(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, win
 def plot_ablation(result: Result, shape: ModelShape):
     """Attention change per layer: top-k removed against each of the controls; each head's ratio to the controls."""
     a = result.arrays
-    fig, axes = plotting.subplots(1, 2, figsize=(7.8, 3.0), layout="constrained")
+    fig, axes = plotting.subplots(2, 1, figsize=(plotting.MAX_WIDTH, 4.8), gridspec_kw={"height_ratios": (1, 1.7)})
     layers = np.arange(a["tv_top_layer"].size)
     for c, values in enumerate(a["tv_controls_layer"]):
         axes[0].plot(layers, values, color="0.6", lw=0.7, label="random controls" if c == 0 else None)
     axes[0].plot(layers, a["tv_top_layer"], "o-", color="C3", ms=3, label="top-k removed")
     axes[0].set_xlabel("layer")
     axes[0].set_ylabel("attention change (TV)")
-    axes[0].legend(fontsize=7)
+    axes[0].legend()
     ratio = a["ratio"]
+    limit = np.abs(np.log10(ratio)).max()
     image = axes[1].imshow(np.log10(ratio), cmap=plotting.DIVERGING, aspect="auto", interpolation="nearest",
-                           vmin=-np.abs(np.log10(ratio)).max(), vmax=np.abs(np.log10(ratio)).max())
+                           vmin=-limit, vmax=limit)
     for (layer, h), value in np.ndenumerate(ratio):
-        axes[1].text(h, layer, f"{value:.1f}", ha="center", va="center", fontsize=6)
+        axes[1].text(h, layer, f"{value:.1f}", ha="center", va="center",
+                     color="white" if abs(np.log10(value)) > 0.6 * limit else "black")
+    axes[1].set_xticks(range(ratio.shape[1]))
+    axes[1].set_yticks(range(ratio.shape[0]))
     axes[1].set_xlabel("head")
     axes[1].set_ylabel("layer")
     plotting.colorbar(fig, image, axes[1], "log10 ratio to the controls' mean")
-    fig.suptitle(f"{shape.name}: P's top-{result.numbers['k'].text} subspace removed, "
-                 f"{result.numbers['n_windows'].text} windows, {result.numbers['n_random'].text} controls", fontsize=10)
     return fig
 
 

@@ -282,9 +282,9 @@ def plot_helix(result: Result, shape: ModelShape, elev: float = 22.0, azim: floa
     points = ax3.scatter(Z[:, 0], Z[:, 1], Z[:, 2], c=n, cmap=plotting.POSITION, s=3, depthshade=False,
                          rasterized=True)
     ax3.view_init(elev=elev, azim=azim)
-    ax3.set_box_aspect(None, zoom=0.85)  # room inside the axes for the tick and axis labels
+    ax3.set_box_aspect(None, zoom=0.8)  # room inside the axes for the tick and axis labels
     for k, set_label in enumerate((ax3.set_xlabel, ax3.set_ylabel, ax3.set_zlabel)):
-        set_label(_axis_label(result, k), labelpad=2)
+        set_label(_axis_label(result, k), labelpad=7)
     ax3.tick_params(labelsize=8, pad=0)
     for axis in (ax3.xaxis, ax3.yaxis, ax3.zaxis):
         axis.set_major_locator(MaxNLocator(5, steps=[1, 2, 5, 10]))
@@ -300,7 +300,6 @@ def plot_helix(result: Result, shape: ModelShape, elev: float = 22.0, azim: floa
             ax.scatter(Z[p, i], Z[p, j], s=30, facecolors="none", edgecolors="black", linewidths=1.0)
             ax.annotate(f"{p}", (Z[p, i], Z[p, j]), textcoords="offset points", xytext=(5, 4), fontsize=8)
     fig.colorbar(points, ax=axes, fraction=0.05, pad=0.03, label="position")
-    fig.suptitle(f"{shape.name}: positions in PC1–PC3 ({result.numbers['top3'].text} of the variance)")
     return fig
 
 
@@ -316,16 +315,16 @@ def plot_components(result: Result, shape: ModelShape):
         ax.plot(n, Z[:, i], color="C0", lw=1.0, label="principal coordinate")
         ax.plot(n, offset + amplitude * np.cos(2 * np.pi * n / period + phase), color="C3", lw=0.9, ls="--",
                 label="fitted sinusoid")
-        bound = " (bound: half a cycle)" if np.isclose(period, 2 * len(Z), rtol=1e-6) else ""
+        bound = np.isclose(period, 2 * len(Z), rtol=1e-6)
         ax.set_title(f"PC{i + 1} ({result.arrays['ratios'][i]:.1%}), R² = {result.numbers[f'pc{i + 1}_r2'].text}"
-                     f"\nperiod {period:.0f} tokens{bound}", fontsize=8)
+                     f"\nperiod {'≥ ' if bound else ''}{period:.0f} tokens{' (half a cycle)' if bound else ''}",
+                     fontsize=plotting.MIN_FONT)
         ax.set_ylabel(f"z{i + 1}")
     for ax in axes.flat[k:]:
         ax.set_visible(False)
     for ax in axes[-1]:
         ax.set_xlabel("position")
     fig.legend(*axes.flat[0].get_legend_handles_labels(), loc="outside lower center", ncol=2)
-    fig.suptitle(f"{shape.name}: top principal coordinates as functions of position")
     return fig
 
 
@@ -345,7 +344,6 @@ def plot_phase(result: Result, shape: ModelShape):
     ax.text(len(n) / 2, 0.05, f"bulk: one turn per {result.numbers['period'].text} tokens "
             f"(local periods {result.numbers['period_local_min'].text}–{result.numbers['period_local_max'].text})",
             ha="center", va="bottom", fontsize=8, transform=ax.get_xaxis_transform())
-    ax.set_title(f"{shape.name}: rotation in the PC1–PC2 plane around the helix's axis (shaded: the bulk)")
     return fig
 
 
@@ -360,7 +358,6 @@ def plot_outliers(result: Result, shape: ModelShape):
     ax.set_yscale("log")
     ax.set_xlabel("position")
     ax.set_ylabel("distance from neighbours' trend\n(median steps, log scale)")
-    ax.set_title(f"{shape.name}: how far each position leaves the curve of its neighbours")
     ax.legend(loc="upper center")
     return fig
 

@@ -342,7 +342,6 @@ def plot_trajectory(result: Result, shape: ModelShape):
         ax.axvline(half, color="0.4", lw=0.8, ls="--")
     for ax in axes[1]:
         ax.set_xlabel("training step (log; step 0 drawn at 1)")
-    fig.suptitle(f"{shape.name}: the position table over training")
     return fig
 
 
@@ -364,8 +363,6 @@ def plot_snapshots(result: Result, shape: ModelShape):
         ax.set_aspect("equal", adjustable="datalim")
     for ax in np.ravel(axes)[len(picks):]:
         ax.set_axis_off()
-    fig.suptitle(f"{shape.name}: PC1 (across) against PC2 (up); colour: position 0 (dark) to {len(n) - 1}",
-                 fontsize=plotting.MIN_FONT + 1)
     return fig
 
 
@@ -380,7 +377,6 @@ def plot_norms(result: Result, shape: ModelShape):
     ax.set_xlabel("position")
     ax.set_ylabel("row norm ‖p_n‖ (log)")
     ax.legend(title="step", ncols=4, fontsize=plotting.MIN_FONT, title_fontsize=plotting.MIN_FONT, loc="upper right")
-    ax.set_title(f"{shape.name}: row norms of the position table over training")
     return fig
 
 

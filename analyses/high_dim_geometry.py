@@ -138,7 +138,6 @@ def plot_cosine_histograms(result: Result, shape: ModelShape | None):
     ax.set_ylim(0, None)
     ax.set_xlabel("cosine t between two independent random directions")
     ax.set_ylabel("probability density")
-    ax.set_title("random directions: simulated (bars), exact density (solid), N(0, 1/D) (dashed)")
     ax.legend(loc="upper right")
     return fig
 
@@ -209,8 +208,7 @@ def plot_shell(result: Result, shape: ModelShape | None):
     fig, ax = _plot_against_dimension(result, shell_fraction, result.arrays["epsilons"], "ε = {:g}")
     ax.annotate("D = 768 (GPT-2)", (768, 0.05), textcoords="offset points", xytext=(-4, 0), ha="right", fontsize=8)
     ax.set_ylim(0, 1.02)
-    ax.set_ylabel("fraction of the ball's volume with ‖x‖ ≥ 1 − ε")
-    ax.set_title("volume of the unit d-ball concentrates in a thin outer shell")
+    ax.set_ylabel("volume share with ‖x‖ ≥ 1 − ε")
     ax.legend(loc="upper left")
     return fig
 
@@ -267,7 +265,6 @@ def plot_overlap(result: Result, shape: ModelShape | None):
     ax.set_yscale("log")
     ax.set_ylim(1e-30, 1.5)
     ax.set_ylabel("intersection volume / volume of one ball")
-    ax.set_title("two balls of radius r with centres c apart: overlap against dimension")
     ax.legend(loc="lower left")
     return fig
 
@@ -457,7 +454,6 @@ def plot_embedding_overlap(result: Result, shape: ModelShape):
     right.set_ylabel("overlap (share of one ball, log scale)")
     for ax in (left, right):
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
-    fig.suptitle(f"{shape.name}: position balls around token embeddings barely overlap (d = {d})")
     return fig
 
 

@@ -23,6 +23,7 @@ from analyses.toolkit import plotting
 from analyses.toolkit.linalg import (components_for, effective_rank, explained_variance_ratio, mass_support, support_union,
                                      top_right_singular_vectors)
 from analyses.toolkit.sinusoids import sinusoidal_table
+from analyses.toolkit.subspaces import principal_angles
 from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table
 from analyses.engine.sources import ModelShape
@@ -38,12 +39,6 @@ def position_subsets(n_positions: int, split: int) -> dict[str, np.ndarray]:
 
 SUBSET_LABELS = {"all": "all positions", "no_first": "without position 0", "late": "positions ≥ {split}",
                  "early": "positions < {split}", "early_no_first": "positions 1 to {split} − 1"}
-
-
-def principal_angles(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """Principal angles (degrees, ascending) between the column spans of two orthonormal bases."""
-    s = np.linalg.svd(np.asarray(A, dtype=np.float64).T @ np.asarray(B, dtype=np.float64), compute_uv=False)
-    return np.degrees(np.arccos(np.clip(s, -1.0, 1.0)))
 
 
 def singular_mass(singular_values: np.ndarray, k: int) -> float:
@@ -106,7 +101,7 @@ def low_rank(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, fractions:
         numbers[f"all_pc{i + 1}_share"] = Number(ratios["all"][i], ".4f", f"variance share of PC{i + 1}, all rows")
     late_basis = top_right_singular_vectors(P[subsets["late"]], 3, center=True)
     for key in ("early", "early_no_first"):
-        angles = principal_angles(top_right_singular_vectors(P[subsets[key]], 3, center=True), late_basis)
+        angles = np.degrees(principal_angles(top_right_singular_vectors(P[subsets[key]], 3, center=True), late_basis))
         for i, angle in enumerate(angles):
             numbers[f"{key}_late_angle{i + 1}"] = Number(float(angle), ".1f", f"principal angle {i + 1} (degrees) "
                                                          f"between the top-3 PCA subspaces of {key} and late rows")
@@ -153,14 +148,7 @@ def plot_cumulative_variance(result: Result, shape: ModelShape):
             split=split)
         k = np.arange(1, len(r) + 1)
         ax.plot(k, np.cumsum(r), color=color, ls=ls, lw=1.4, label=label)
-    ax.axhline(0.9, color="0.6", lw=0.8)
-    ax.text(1.05, 0.905, "90%", color="0.4", fontsize=8, va="bottom")
-    ax.set_xscale("log")
-    ax.set_ylim(0, 1.01)
-    ax.set_xlabel("number of principal components k (log scale)")
-    ax.set_ylabel("cumulative share of variance")
-    ax.set_title(f"{shape.name}: variance of the positions captured by the top k components")
-    ax.legend(loc="lower right", fontsize=8)
+    plotting.cumulative_variance_axes(ax)
     return fig
 
 
@@ -181,8 +169,7 @@ def plot_singular_values(result: Result, shape: ModelShape):
                     textcoords="offset points", fontsize=8, color="0.3")
     ax.set_xlabel("index i of the singular value")
     ax.set_ylabel(r"$\sigma_i / \sigma_1$ (log scale)")
-    ax.set_title(f"{shape.name}: singular values of the position table (dotted: effective rank)")
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="upper right")
     return fig
 
 
@@ -269,7 +256,6 @@ def plot_vectors(result: Result, shape: ModelShape, n_shown: int = 4):
         ax.set_title(f"{sizes[k]} indices hold {mass:.0%} of ‖v{k + 1}‖²", loc="right", fontsize=8, color="C3",
                      pad=2)
     axes[-1].set_xlabel("embedding index")
-    fig.suptitle(f"{shape.name}: top right singular vectors of P (red: the {mass:.0%} support)")
     return fig
 
 
@@ -277,7 +263,7 @@ def plot_overlap(result: Result, shape: ModelShape):
     """Jaccard index between the 90 % supports of the top right singular vectors."""
     overlap = result.arrays["overlap"]
     n = len(overlap)
-    fig, ax = plotting.subplots(figsize=(4.8, 4.0))
+    fig, ax = plotting.subplots(figsize=(4.8, 4.0), layout="compressed")  # keeps the square's labels inside
     image = ax.imshow(overlap, cmap=plotting.SEQUENTIAL, vmin=0, vmax=1, interpolation="nearest")
     ticks = np.arange(n)
     ax.set_xticks(ticks, [f"v{i + 1}" for i in ticks], fontsize=8)
@@ -287,7 +273,6 @@ def plot_overlap(result: Result, shape: ModelShape):
             ax.text(j, i, f"{overlap[i, j]:.2f}", ha="center", va="center", fontsize=8,
                     color="black" if overlap[i, j] > 0.5 else "white")
     plotting.colorbar(fig, image, ax, "Jaccard index of the supports")
-    ax.set_title(f"{shape.name}: shared indices between supports")
     return fig
 
 

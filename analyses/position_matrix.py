@@ -95,7 +95,6 @@ def plot_heatmap(result: Result, shape: ModelShape):
     ax.set_ylabel("position")
     pct = result.numbers["clip_percentile"].text
     plotting.colorbar(fig, image, ax, f"value (clipped at the {pct}th percentile of |P|)")
-    ax.set_title(f"{shape.name}: position embeddings P ({P.shape[0]} × {P.shape[1]})")
     return fig
 
 
@@ -111,7 +110,6 @@ def plot_norms(result: Result, shape: ModelShape):
     plotting.plain_log_ticks(ax.yaxis)
     ax.set_xlabel("position")
     ax.set_ylabel(r"row norm $\Vert p_n\Vert$ (log scale)")
-    ax.set_title(f"{shape.name}: norm of each position embedding")
     ax.legend(loc="upper center")
     return fig
 
@@ -222,9 +220,8 @@ def plot_last_row(result: Result, shape: ModelShape):
     right.plot(osm, slope * osm + intercept, color="0.3", lw=1)
     right.set_xlabel("standard normal quantile")
     right.set_ylabel("ordered entry")
-    right.set_title(f"normal Q–Q plot (Shapiro–Wilk p = {result.numbers['shapiro_p'].text})", fontsize=9)
+    right.set_title(f"Q–Q plot, Shapiro–Wilk p = {result.numbers['shapiro_p'].text}")
     fig.legend(*left.get_legend_handles_labels(), loc="outside lower center", ncol=3)
-    fig.suptitle(f"{shape.name}: the {shape.d_model} entries of the last position embedding (position {position})")
     return fig
 
 

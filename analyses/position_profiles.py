@@ -45,21 +45,15 @@ def position_profile(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, wi
 
 def plot_cumulative(result: Result, shape: ModelShape):
     """Cumulative variance share of the top k components of each table of the profile, k up to 64 (log x)."""
-    fig, ax = plotting.subplots()
+    fig, ax = plotting.subplots(figsize=(plotting.HALF_WIDTH, plotting.PANEL_HEIGHT))
     labels = result.tables["profile"].column("table")
     for i, (key, label) in enumerate(zip((k[len("cumulative_"):] for k in result.arrays), labels)):
         curve = result.arrays[f"cumulative_{key}"]
         sinusoidal = key.startswith("sinusoidal")
         ax.plot(np.arange(1, len(curve) + 1), curve, color="0.35" if sinusoidal else f"C{i}",
-                ls="--" if key == "sinusoidal_window" else ":" if sinusoidal else "-", lw=1.4, label=label)
-    ax.axhline(0.9, color="0.6", lw=0.8)
-    ax.set_xscale("log")
-    plotting.plain_log_ticks(ax.xaxis)
-    ax.set_ylim(0, 1.01)
-    ax.set_xlabel("principal components k (log scale)")
-    ax.set_ylabel("cumulative share of variance")
-    ax.set_title(f"{shape.name}: {shape.n_ctx} positions × {shape.d_model}")
-    ax.legend(loc="lower right", fontsize=8)
+                ls="--" if key == "sinusoidal_window" else ":" if sinusoidal else "-", lw=1.4,
+                label=label.removeprefix("learned, "))  # a half-width panel: the legend stays off the curves
+    plotting.cumulative_variance_axes(ax)
     return fig
 
 

@@ -198,7 +198,6 @@ def plot_patterns(result: Result, shape: ModelShape):
     fig.supylabel("query position i", fontsize=9)
     bar = fig.colorbar(image, ax=list(axes), fraction=0.03, pad=0.02)
     bar.set_label(f"attention (max over {pool}×{pool} tiles, log scale)")
-    fig.suptitle(f"{shape.name}, layer 0: attention of the position rows alone (no tokens)")
     return fig
 
 
@@ -214,7 +213,6 @@ def plot_zoom(result: Result, shape: ModelShape):
     fig.supylabel("query position i", fontsize=9)
     bar = fig.colorbar(image, ax=list(axes), fraction=0.03, pad=0.02)
     bar.set_label("attention weight")
-    fig.suptitle(f"{shape.name}, layer 0: first {zooms.shape[-1]} positions, position rows alone")
     return fig
 
 
@@ -233,7 +231,6 @@ def plot_masses(result: Result, shape: ModelShape):
     ax.set_ylabel("mean attention on the key")
     ax.set_ylim(0, 1)
     fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=4)
-    ax.set_title(f"{shape.name}, layer 0: attention on three keys, per head (position rows alone)")
     return fig
 
 
@@ -248,7 +245,6 @@ def plot_profiles(result: Result, shape: ModelShape):
     ax.set_xlabel("offset i − j (tokens back from the query)")
     ax.set_ylabel("head: class")
     plotting.colorbar(fig, image, ax, "mean attention on key i − offset (log)")
-    ax.set_title(f"{shape.name}, layer 0: offset profile of each head (position rows alone)")
     return fig
 
 
@@ -393,7 +389,6 @@ def plot_forms(result: Result, shape: ModelShape):
         ax.set_yticks(range(k), [f"PC{j + 1}" for j in range(k)])
     fig.supxlabel("key direction", fontsize=9)
     fig.supylabel("query direction", fontsize=9)
-    fig.suptitle(f"{shape.name}, layer 0: QK form M on P's top {k} directions, each head on its own scale")
     return fig
 
 
@@ -409,9 +404,7 @@ def plot_score_profiles(result: Result, shape: ModelShape):
         ax.set_title(f"head {head}", fontsize=8)
     fig.supxlabel("offset i − j", fontsize=9)
     fig.supylabel("score − row mean", fontsize=9)
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=2)
-    fig.suptitle(f"{shape.name}, layer 0: positional score against offset, all directions and P's top "
-                 f"{result.numbers['n_components'].text}")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside upper center", ncol=2)
     return fig
 
 

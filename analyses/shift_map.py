@@ -137,8 +137,7 @@ def plot_shift_maps(result: Result, shape: ModelShape):
         ax.set_title(titles[s], fontsize=9)
         ax.set_ylim(bottom=0)
     axes[0].set_ylabel("share of the move left unexplained")
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=3, fontsize=7)
-    fig.suptitle(f"{shape.name}: the map that moves every position k steps along the table")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=3, fontsize=plotting.MIN_FONT)
     return fig
 
 

@@ -333,7 +333,7 @@ COLORS = {"entries": "0.45", "columns": "C1", "phases_independent": "C2", "phase
 
 def plot_bands(result: Result, shape: ModelShape):
     """Observed density of off-diagonal cosines against each null's median and 0.5–99.5 % band, per kind."""
-    fig, axes = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, 3.6), sharey=True)
+    fig, axes = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, plotting.PANEL_HEIGHT), sharey=True)
     for ax, kind in zip(axes, KINDS):
         observed = result.arrays["observed_hists"][kind]
         bins = len(observed)
@@ -354,8 +354,6 @@ def plot_bands(result: Result, shape: ModelShape):
         ax.set_title(f"between {kind}")
     axes[0].set_ylabel("density")
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=3)
-    n = result.numbers["n_draws"].text
-    fig.suptitle(f"{shape.name}: observed cosines against {n} draws of each null (0.5–99.5 % band)")
     return fig
 
 
@@ -374,7 +372,7 @@ def plot_effects(result: Result, shape: ModelShape):
         ax.bar(x, values, width, color=COLORS[null], label=NULL_LABELS[null])
         for xi, v in zip(x, values):
             if np.isnan(v):
-                ax.text(xi, 1.2, "kept", rotation=90, ha="center", va="bottom", fontsize=6, color=COLORS[null])
+                ax.text(xi, 1.2, "kept", rotation=90, ha="center", va="bottom", color=COLORS[null])
     ax.set_yscale("log")
     ax.axhline(3, color="0.4", lw=0.8, ls="--")
     short = {"std of cos": "std", "largest abs(cos)": "max |cos|"}
@@ -383,7 +381,6 @@ def plot_effects(result: Result, shape: ModelShape):
     ax.set_xticks(range(len(keys)), names, rotation=30, ha="right")
     ax.set_ylabel("|effect size|\n(null standard deviations, log)")
     fig.legend(loc="outside upper center", ncols=2)
-    ax.set_title(f"{shape.name}: distance of each statistic from each null (dashed: 3)")
     return fig
 
 

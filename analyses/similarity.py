@@ -233,7 +233,7 @@ def _dimensions(P: np.ndarray, n_random_dims: int, n_extreme_dims: int, seed: in
 def plot_heatmaps(result: Result, shape: ModelShape):
     """C_pos and C_dim side by side on one diverging −1..1 scale (20 colour steps of 0.1: light SVGs)."""
     cmap = plotting.pyplot().get_cmap(plotting.DIVERGING, 20)
-    fig, axes = plotting.subplots(1, 2, figsize=(7.6, 3.5))
+    fig, axes = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, plotting.PANEL_HEIGHT))
     for ax, key, what in zip(axes, ("C_pos", "C_dim"), ("position", "embedding dimension")):
         C = result.arrays[key]
         image = ax.imshow(C, cmap=cmap, vmin=-1, vmax=1, interpolation="nearest")
@@ -241,7 +241,6 @@ def plot_heatmaps(result: Result, shape: ModelShape):
         ax.set_ylabel(what)
         ax.set_title(f"over {what}s ({C.shape[0]} × {C.shape[0]})")
     fig.colorbar(image, ax=axes, fraction=0.03, pad=0.02).set_label("cosine similarity")
-    fig.suptitle(f"{shape.name}: cosine similarity of the position embeddings")
     return fig
 
 
@@ -256,7 +255,6 @@ def plot_distributions(result: Result, shape: ModelShape):
     ax.set_xlabel("cosine similarity (off-diagonal, each pair once)")
     ax.set_ylabel("density")
     ax.set_xlim(-1, 1)
-    ax.set_title(f"{shape.name}: distribution of cosine similarities")
     ax.legend(loc="upper left")
     return fig
 
@@ -268,7 +266,8 @@ def plot_trajectories(result: Result, shape: ModelShape):
     n = len(table.rows)
     ncols = 3
     nrows = -(-n // ncols)
-    fig, axes = plotting.subplots(nrows, ncols, figsize=(9.6, 3.1 * nrows), squeeze=False)
+    fig, axes = plotting.subplots(nrows, ncols, figsize=(plotting.MAX_WIDTH, plotting.PANEL_HEIGHT),
+                                  squeeze=False)
     positions = np.arange(P.shape[0])
     for ax, (rank, a, b, c) in zip(axes.flat, table.rows):
         points = ax.scatter(P[:, a], P[:, b], c=positions, cmap=plotting.POSITION, s=3, rasterized=True)
@@ -278,7 +277,6 @@ def plot_trajectories(result: Result, shape: ModelShape):
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     fig.colorbar(points, ax=axes, fraction=0.03, pad=0.02).set_label("position")
-    fig.suptitle(f"{shape.name}: pairs of dimensions ranked by |cosine|, traced over positions")
     return fig
 
 
@@ -287,61 +285,49 @@ def plot_offset(result: Result, shape: ModelShape):
     mean, std = result.arrays["offset_mean"], result.arrays["offset_std"]
     mean_all, residual = result.arrays["offset_mean_all"], result.arrays["residual"]
     k = np.arange(1, len(mean) + 1)
-    fig, (ax, ax_0, ax_r) = plotting.subplots(3, 1, figsize=(6.4, 7.0),
-                                              gridspec_kw={"height_ratios": (2.2, 1, 1)})
+    fig, (ax, ax_0, ax_r) = plotting.subplots(3, 1, figsize=(plotting.MAX_WIDTH, plotting.PANEL_HEIGHT), sharex=True,
+                                              gridspec_kw={"height_ratios": (2, 1, 1)})
     ax.fill_between(k, mean - std, mean + std, color="C0", alpha=0.25, lw=0, label="± 1 std over pairs")
     ax.plot(k, mean, color="C0", lw=1.2, label="mean")
-    ax.axhline(0, color="0.5", lw=0.6)
     ax.set_ylabel("cos(p_i, p_j)")
-    ax.set_title(f"{shape.name}: similarity of positions against their distance (position 0 left out)")
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="upper right")
     ax_0.plot(k, mean_all - mean, color="C3", lw=0.9)
-    ax_0.axhline(0, color="0.5", lw=0.6)
     ax_0.set_ylabel("change")
-    ax_0.set_title("mean with position 0 kept minus mean without it")
-    for a in (ax, ax_0):
-        a.set_xlim(0, len(mean) + 1)
-        a.set_xlabel("offset |i − j| (tokens)")
     window = result.numbers["ringing_window"].value
-    k_r = np.arange(1 + window // 2, 1 + window // 2 + len(residual))
-    ax_r.plot(k_r, residual, color="C2", lw=0.9)
-    ax_r.axhline(0, color="0.5", lw=0.6)
-    ax_r.set_xlabel("offset |i − j| (tokens)")
+    ax_r.plot(np.arange(1 + window // 2, 1 + window // 2 + len(residual)), residual, color="C2", lw=0.9)
     ax_r.set_ylabel("residual")
-    ax_r.set_title(f"ringing: mean minus its {window}-token moving average "
-                   f"(RMS {result.numbers['ringing_amplitude'].text})")
+    ax_r.set_xlabel("offset |i − j| (tokens)")
+    for a in (ax, ax_0, ax_r):
+        a.axhline(0, color="0.5", lw=0.6)
+    ax.set_xlim(0, len(mean) + 1)
     return fig
 
 
 def plot_dimensions_random(result: Result, shape: ModelShape):
     """The randomly selected dimensions against position (position 0 left out)."""
-    return _dimension_panels(result, shape, [("random", result.arrays["random_dims"])],
-                             f"{shape.name}: randomly chosen dimensions (seed {result.numbers['seed'].text})")
+    return _dimension_panels(result, [("random", result.arrays["random_dims"])])
 
 
 def plot_dimensions_extremes(result: Result, shape: ModelShape):
     """The smoothest and the noisiest dimensions by r₁ against position (position 0 left out)."""
-    return _dimension_panels(result, shape, [("smoothest", result.arrays["smoothest"]),
-                                             ("noisiest", result.arrays["noisiest"])],
-                             f"{shape.name}: the smoothest and the noisiest dimensions by lag-1 autocorrelation")
+    return _dimension_panels(result, [("smoothest", result.arrays["smoothest"]), ("noisiest", result.arrays["noisiest"])])
 
 
-def _dimension_panels(result: Result, shape: ModelShape, groups, title: str):
+def _dimension_panels(result: Result, groups):
     P, r1 = result.arrays["P"], result.arrays["r1"]
     dims = [(kind, int(i)) for kind, group in groups for i in group]
     ncols = 3
     nrows = -(-len(dims) // ncols)
-    fig, axes = plotting.subplots(nrows, ncols, figsize=(plotting.MAX_WIDTH, 1.9 * nrows + 0.5),
-                                  sharex=True, squeeze=False)
+    fig, axes = plotting.subplots(nrows, ncols, figsize=(plotting.MAX_WIDTH, plotting.PANEL_HEIGHT), sharex=True,
+                                  squeeze=False)
     positions = np.arange(1, P.shape[0])
     for ax, (kind, i) in zip(axes.flat, dims):
         ax.plot(positions, P[1:, i], lw=0.7, color="C0" if kind != "noisiest" else "C1")
-        ax.set_title(f"{kind} {i}: r₁ = {r1[i]:.3f}", fontsize=8)
+        ax.set_title(f"{kind} {i}: r₁ = {r1[i]:.3f}", fontsize=plotting.MIN_FONT)
     for ax in axes[-1]:
         ax.set_xlabel("position")
     for ax in axes[:, 0]:
         ax.set_ylabel("value")
-    fig.suptitle(title)
     return fig
 
 
@@ -356,7 +342,6 @@ def plot_smoothness(result: Result, shape: ModelShape):
     ax.axvline(float(np.median(r1)), color="k", lw=1, ls="--", label=f"median {np.median(r1):.3f}")
     ax.set_xlabel("lag-1 autocorrelation r₁ of a dimension over positions 1…n−1")
     ax.set_ylabel("number of dimensions")
-    ax.set_title(f"{shape.name}: smoothness of the {len(r1)} embedding dimensions")
     ax.legend(loc="upper left")
     return fig
 

@@ -163,19 +163,17 @@ def plot_table(result: Result, shape: ModelShape | None):
     ax.set_xlabel("embedding dimension (pair i = columns 2i, 2i+1)")
     ax.set_ylabel("position n")
     plotting.colorbar(fig, image, ax, "PE(n, j)")
-    ax.set_title(f"sinusoidal table, {S.shape[0]} positions × D = {S.shape[1]}, L = {result.numbers['base'].text}")
     return fig
 
 
 def plot_cosines(result: Result, shape: ModelShape | None):
     """cos(PE(m), PE(n)) is constant along every diagonal: it depends on n − m only."""
     C = result.arrays["C"]
-    fig, ax = plotting.subplots(figsize=(5.6, 4.6))
+    fig, ax = plotting.subplots(figsize=(5.6, 4.6), layout="compressed")  # keeps the square's labels inside
     image = ax.imshow(C, cmap=plotting.DIVERGING, vmin=-1, vmax=1, interpolation="nearest", rasterized=True)
     ax.set_xlabel("position n")
     ax.set_ylabel("position m")
     plotting.colorbar(fig, image, ax, "cosine similarity")
-    ax.set_title("sinusoidal table: cosine between every pair of positions")
     return fig
 
 
@@ -273,7 +271,6 @@ def plot_offset_curves(result: Result, shape: ModelShape):
     ax.set_xlabel("offset k = |m − n| (positions, log scale)")
     ax.set_ylabel(r"cosine similarity $\cos(p_n, p_{n+k})$")
     ax.set_ylim(-1, 1)
-    ax.set_title(f"{shape.name}: similarity against offset, learned P vs sinusoidal table")
     ax.legend(loc="lower left")
     return fig
 
@@ -292,7 +289,6 @@ def plot_variance(result: Result, shape: ModelShape):
     ax.set_xlabel("number of principal components (log scale)")
     ax.set_ylabel("cumulative fraction of variance")
     ax.set_ylim(0, 1.02)
-    ax.set_title(f"{shape.name}: explained variance, learned P vs sinusoidal table")
     ax.legend(loc="lower right")
     return fig
 

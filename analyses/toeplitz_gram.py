@@ -162,7 +162,6 @@ def plot_gram(result: Result, shape: ModelShape):
         ax.set_xlabel("position j")
         ax.set_ylabel("position i")
     fig.colorbar(image, ax=axes, fraction=0.03, pad=0.02).set_label("inner product (clipped at the 99.5th pct)")
-    fig.suptitle(f"{shape.name}: how far the similarity of positions depends on their offset only")
     return fig
 
 
@@ -188,7 +187,6 @@ def plot_kernels(result: Result, shape: ModelShape):
     right.set_ylabel("eigenvector entry")
     right.set_title("top two principal components", fontsize=9)
     fig.legend(*right.get_legend_handles_labels(), ncols=2, loc="outside lower right")
-    fig.suptitle(f"{shape.name}: an oscillating offset kernel gives a cosine–sine pair; a random walk's does not")
     return fig
 
 

@@ -102,11 +102,3 @@ def test_low_rank_spectrum_statistics_on_a_planted_spectrum():
     assert numbers["learned_numerical_rank"].value == 4
     assert numbers["learned_sigma1_over_sigma4"].value == pytest.approx(4.0, rel=1e-12)
 
-
-def test_principal_angles_between_known_subspaces():
-    from analyses.low_rank import principal_angles
-
-    e = np.eye(4)
-    tilted = np.column_stack([e[:, 0], np.cos(0.3) * e[:, 1] + np.sin(0.3) * e[:, 2]])
-    np.testing.assert_allclose(principal_angles(e[:, :2], tilted), [0.0, np.degrees(0.3)], atol=1e-6)
-    np.testing.assert_allclose(principal_angles(e[:, :2], e[:, 2:]), [90.0, 90.0], atol=1e-9)

@@ -136,7 +136,6 @@ def plot_entropy(result: Result, shape: ModelShape):
     ax.set_xlabel("state read (E: embeddings, ℓ: after layer ℓ)")
     ax.set_ylabel("entropy of the next token (nats)")
     ax.legend(fontsize=8)
-    ax.set_title(f"{shape.name}: the logit lens at the last position of each prompt", fontsize=10)
     return fig
 
 

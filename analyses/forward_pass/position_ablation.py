@@ -205,19 +205,19 @@ def plot_effects(result: Result, shape: ModelShape):
         ax.set_xticks(x, ticks, fontsize=8)
         ax.set_xlabel(xlabel, fontsize=8)
         ax.set_ylabel(ylabel, fontsize=8)
-    axes["tv"].legend(fontsize=7, loc="best")
+    axes["tv"].legend(fontsize=plotting.MIN_FONT, loc="best")
     ratio = a["ratio"]
     ax = axes["ratio"]
     image = ax.imshow(ratio, cmap=plotting.DIVERGING, aspect="auto", interpolation="nearest",
                       norm=_log_norm_around_one(ratio))
     for (layer, h), value in np.ndenumerate(ratio):
-        ax.text(h, layer, f"{value:.1f}", ha="center", va="center", fontsize=6.5,
+        ax.text(h, layer, f"{value:.1f}", ha="center", va="center", fontsize=plotting.MIN_FONT,
                 color="white" if abs(np.log(value)) > 0.6 * np.log(_log_norm_around_one(ratio).vmax) else "black")
     ax.set_xticks(range(ratio.shape[1]))
     ax.set_yticks(range(ratio.shape[0]))
     ax.set_xlabel("head", fontsize=8)
     ax.set_ylabel("layer", fontsize=8)
-    ax.set_title(f"each head's change, top-{k} removed, over the controls' mean (log colour)", fontsize=8)
+    ax.set_title("each head: change / controls' mean", fontsize=8)
     ax = axes["sentences"]
     if "sentence_cos" in a:
         cos = a["sentence_cos"]
@@ -231,7 +231,6 @@ def plot_effects(result: Result, shape: ModelShape):
         ax.set_title("sentence embeddings", fontsize=8)
     else:
         ax.axis("off")
-    fig.suptitle(f"{shape.name}: what changes when P loses its top-{k} subspace", fontsize=10)
     return fig
 
 

@@ -140,20 +140,18 @@ def plot_shares(result: Result, shape: ModelShape):
         if k == primary:
             axes[0].fill_between(states, pos[:, 1:, i].min(axis=1), pos[:, 1:, i].max(axis=1), color=colour,
                                  alpha=0.25, lw=0, label=f"k = {k}, shuffled (range)")
-    axes[0].set_title("position: regression on p_n's top-k coordinates", fontsize=9)
+    axes[0].set_title("position (P's top-k coordinates)")
     axes[1].plot(states, tok[:, 0], "o-", color="C3", ms=3, label="text order")
     axes[1].fill_between(states, tok[:, 1:].min(axis=1), tok[:, 1:].max(axis=1), color="C3", alpha=0.25, lw=0,
                          label="shuffled (range)")
     axes[1].axhline(float(a["chance_tok"]), color="C3", lw=0.7, ls=":", label="chance")
-    axes[1].set_title("token identity (one-hot)", fontsize=9)
+    axes[1].set_title("token identity (one-hot)")
     axes[0].set_ylabel("share of variance")
     for ax in axes:
         ax.set_xticks(states, ["E", *range(len(states) - 1)], fontsize=8)
         ax.set_xlabel("state (E: embeddings, ℓ: after layer ℓ)", fontsize=8)
         ax.set_ylim(0, 1)
-        ax.legend(fontsize=7, loc="best")
-    fig.suptitle(f"{shape.name}: how much of each hidden state position and token identity explain "
-                 f"(dotted: chance)", fontsize=10)
+        ax.legend(fontsize=plotting.MIN_FONT, loc="best")
     return fig
 
 

@@ -152,18 +152,17 @@ def plot_spectra(result: Result, shape: ModelShape):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("index i")
-        ax.set_title(f"{name} prompt ({result.numbers[f'{name}_tokens'].text} tokens)", fontsize=9)
+        ax.set_title(f"{name}, {result.numbers[f'{name}_tokens'].text} tokens", fontsize=plotting.MIN_FONT)
     top = max(float(a[f"{name}_sv"].max()) for name in PROMPTS)
     axes[0].set_ylim(0.1, 1.5 * top)  # below 0.1: BERT's LayerNorm null direction (a singular value ≈ 0), off the scale
     plotting.plain_log_ticks(axes[0].yaxis)
     axes[0].set_ylabel("σ_i / noise threshold")
-    axes[0].legend(loc="lower left", fontsize=7)
+    axes[0].legend(loc="lower left", fontsize=plotting.MIN_FONT)
     import matplotlib as mpl
 
     mappable = mpl.cm.ScalarMappable(norm=mpl.colors.Normalize(0, len(colours) - 1), cmap=plotting.SEQUENTIAL)
     bar = fig.colorbar(mappable, ax=list(axes), fraction=0.03, pad=0.02)
     bar.set_label("state (0: embeddings)")
-    fig.suptitle(f"{shape.name}: singular values of the centred hidden states", fontsize=10)
     return fig
 
 
@@ -192,20 +191,18 @@ def plot_layers(result: Result, shape: ModelShape):
     for ax in top:
         ax.set_xticks(states, ["E", *range(len(labels) - 1)], fontsize=8)
         ax.set_xlabel("state")
-    top[0].legend(fontsize=7, loc="best")
+    top[0].legend(fontsize=plotting.MIN_FONT, loc="best")
     colours = _state_colours(len(labels))
     for ax, name in zip(bottom, PROMPTS):
         xy = a[f"{name}_mds"]
         ax.plot(xy[:, 0], xy[:, 1], color="0.7", lw=0.8, zorder=1)
         ax.scatter(xy[:, 0], xy[:, 1], c=colours, s=22, zorder=2)
         for s_, label in enumerate(["E", *range(len(labels) - 1)]):
-            ax.annotate(str(label), xy[s_], textcoords="offset points", xytext=(4, 3), fontsize=7)
+            ax.annotate(str(label), xy[s_], textcoords="offset points", xytext=(4, 3), fontsize=plotting.MIN_FONT)
         ax.set_aspect("equal", adjustable="datalim")
         ax.set_title(f"MDS, {name}: {result.numbers[f'{name}_mds_share'].text} in 2-D", fontsize=8)
         ax.set_xlabel("MDS 1", fontsize=8)
     bottom[0].set_ylabel("MDS 2")
-    fig.suptitle(f"{shape.name}: signal subspaces through the layers (states: E, the embeddings; ℓ, after layer ℓ)",
-                 fontsize=10)
     return fig
 
 

@@ -142,14 +142,13 @@ def plot_overlap(result: Result, shape: ModelShape):
     fig, ax = plotting.subplots(figsize=(7.2, 0.36 * L + 1.6), layout="constrained")
     image = ax.imshow(O, cmap=plotting.SEQUENTIAL, vmin=0, vmax=1, aspect="auto", interpolation="nearest")
     for (layer, h), value in np.ndenumerate(O):
-        ax.text(h, layer, f"{value:.2f}" + ("•" if same[layer, h] else ""), ha="center", va="center", fontsize=6.5,
+        ax.text(h, layer, f"{value:.2f}" + ("•" if same[layer, h] else ""), ha="center", va="center", fontsize=plotting.MIN_FONT,
                 color="black" if value > 0.6 else "white")
     ax.set_xticks(range(H))
     ax.set_yticks(range(L))
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     plotting.colorbar(fig, image, ax, "overlap with the position-only pattern")
-    ax.set_title(f"{shape.name}: attention on text against attention on position alone (•: same class)", fontsize=9)
     return fig
 
 
@@ -162,14 +161,13 @@ def plot_patterns(result: Result, shape: ModelShape):
             ax = axes[r, c]
             image = ax.imshow(np.clip(zooms[r, layer, h], 1e-3, 1), cmap=plotting.SEQUENTIAL, norm=_log_norm(1e-3),
                               interpolation="nearest")
-            ax.set_title(f"head {layer}.{h}, {what}" + (f"\noverlap {O[layer, h]:.2f}" if r == 0 else ""), fontsize=7.5)
+            second = f"overlap {O[layer, h]:.2f}" if r == 0 else what
+            ax.set_title(f"head {layer}.{h}{', text' if r == 0 else ''}\n{second}", fontsize=plotting.MIN_FONT)
             ax.set_xticks([])
             ax.set_yticks([])
     axes[1, 0].set_xlabel("key j")
     axes[1, 0].set_ylabel("query i")
     plotting.colorbar(fig, image, list(axes.ravel()), "attention weight (log)")
-    fig.suptitle(f"{shape.name}: the first {zooms.shape[-1]} positions of the most and least positional heads",
-                 fontsize=10)
     return fig
 
 

@@ -61,7 +61,7 @@ def reading_heatmaps(ratios: np.ndarray, names: tuple[str, str], bar_label: str,
     for s, (ax, name) in enumerate(zip(axes, names)):
         image = ax.imshow(ratios[:, :, s], cmap=plotting.DIVERGING, norm=norm, aspect="auto", interpolation="nearest")
         for (layer, c), value in np.ndenumerate(ratios[:, :, s]):
-            ax.text(c, layer, f"{value:.2f}", ha="center", va="center", fontsize=7,
+            ax.text(c, layer, f"{value:.2f}", ha="center", va="center", fontsize=plotting.MIN_FONT,
                     color="white" if abs(np.log10(value)) > 0.6 * top else "black")
         ax.set_xticks(range(len(VARIANTS)), labels, rotation=90)
         ax.set_title(name)
@@ -70,5 +70,4 @@ def reading_heatmaps(ratios: np.ndarray, names: tuple[str, str], bar_label: str,
     bar = fig.colorbar(image, ax=list(axes), fraction=0.04, pad=0.02)
     bar.set_label(bar_label)
     plotting.plain_log_ticks(bar.ax.yaxis)
-    fig.suptitle(title)
     return fig

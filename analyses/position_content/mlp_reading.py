@@ -108,7 +108,6 @@ def plot_mlp_reading(result: Result, shape: ModelShape):
     right.set_title("every layer's MLP input")
     left.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2))
     right.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
-    fig.suptitle(f"{shape.name}: what the MLP input weights read, position against tokens")
     return fig
 
 

@@ -137,7 +137,6 @@ def plot_norms_and_sum(result: Result, shape: ModelShape):
     ax.set_ylim(0, ax.get_ylim()[1] * 1.35)  # headroom for the legend
     for ax, where in zip(axes, ("upper right", "upper left", "upper left")):
         ax.legend(loc=where)
-    fig.suptitle(f"{shape.name}: token and position norms, and the norm of their sum")
     return fig
 
 

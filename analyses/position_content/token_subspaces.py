@@ -370,7 +370,7 @@ def _first_direction(P: np.ndarray, S_E: np.ndarray, V_E: np.ndarray, ks: tuple[
 def plot_energy(result: Result, shape: ModelShape):
     """P's energy in E's top-k subspace against k, with random subspaces; with a replicate, the runs' agreement."""
     a = result.arrays
-    curve, moments, D = a["curve"], a["moments"], int(a["D"])
+    curve, moments = a["curve"], a["moments"]
     k = np.arange(1, curve.size + 1)
     panels = 2 if "agreement" in a else 1
     fig, axes = plotting.subplots(1, panels, figsize=(plotting.MAX_WIDTH if panels == 2 else 4.6, 4.0), squeeze=False)
@@ -400,7 +400,6 @@ def plot_energy(result: Result, shape: ModelShape):
         ax.set_ylabel("1 − mean cos² between\nthe runs' top-k subspaces")
         ax.set_title("two independent PCA runs of E")
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18))
-    fig.suptitle(f"{shape.name}: position against token subspaces (D = {D})")
     return fig
 
 
@@ -417,7 +416,6 @@ def plot_spectra(result: Result, shape: ModelShape):
     ax.set_yscale("log")
     ax.set_xlabel("index i (log scale)")
     ax.set_ylabel(r"$\sigma_i / \sqrt{\mathrm{rows}}$ (RMS coordinate of a row)")
-    ax.set_title(f"{shape.name}: singular spectra of P and E")
     ax.legend(loc="lower left")
     return fig
 
@@ -444,7 +442,6 @@ def plot_capture(result: Result, shape: ModelShape):
     ax.set_ylim(0, 1)
     ax.set_xlabel("direction j of E (by singular value)")
     ax.set_ylabel(rf"$v_j^\top \Pi\, v_j$, $\Pi$ onto P's top {k} (symlog)")
-    ax.set_title(f"{shape.name}: how much of each token direction P's top-{k} subspace holds")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2)
     return fig
 
@@ -465,7 +462,6 @@ def plot_angles(result: Result, shape: ModelShape):
     axes[0, 0].set_ylabel("principal angle (degrees)")
     axes[0, 0].set_yticks(range(0, 91, 15))
     fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside lower center", ncol=2)
-    fig.suptitle(f"{shape.name}: principal angles between P's and E's top-k subspaces")
     return fig
 
 
