@@ -176,7 +176,7 @@ def window_shape(tensors, shape: ModelShape, *, lengths: tuple[int, ...], n_wind
 def plot_grid(result: Result, shape: ModelShape | None):
     """PC1's share and λ2/λ1 of each run's table against the training step, with the random walks' means."""
     a = result.arrays
-    fig, axes = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, 3.4), sharex=True)
+    fig, axes = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, 4.2), sharex=True)
     runs = [k.removesuffix("_shape") for k in a if k.endswith("_shape")]
     for ax, measure in zip(axes, ("pc1", "pair_ratio")):
         i = MEASURES.index(measure)
@@ -190,7 +190,7 @@ def plot_grid(result: Result, shape: ModelShape | None):
         ax.set_xlabel("training step (log; step 0 at 1)")
         ax.set_ylabel(LABELS[measure])
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=5, fontsize=plotting.MIN_FONT)
+    fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize=plotting.MIN_FONT)
     return fig
 
 
