@@ -432,12 +432,17 @@ def test_data_and_methods_says_what_gpt2s_e_is_where_it_first_appears():
     say so (source, per-token centring, the exact range, what cannot be checked) and not claim 'no substitutes'."""
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "report" / "data-and-methods.qmd").read_text()
+    report = Path(__file__).resolve().parents[1] / "report"
+    text = (report / "data-and-methods.qmd").read_text()
     assert "never run on substitutes" not in text
-    for needed in ("{#sec-data-token-pca}", "permanentmercy/CALF_POWERED_BY_BUG", "wwy-1208/TMT",
-                   "each token's mean over its dimensions", "replicate_exact_k", "cannot be checked offline"):
+    for needed in ("{#sec-data-token-pca}", "a published PCA", "centred on its\nown mean", "replicate_exact_k",
+                   "no token's row", "@sec-appendix-token-pca"):
         assert needed in text, needed
-    assert text.index("{#sec-data-token-pca}") < text.index("## How the weights were verified")
+    assert text.index("{#sec-data-token-pca}") < text.index("{#sec-data-verification}")
+    details = (report / "appendix-methods.qmd").read_text()  # the sources and what cannot be checked, in full
+    for needed in ("{#sec-appendix-token-pca}", "permanentmercy/CALF_POWERED_BY_BUG", "wwy-1208/TMT",
+                   "cannot be checked offline"):
+        assert needed in details, needed
 
 
 def test_the_verdicts_without_e_s_first_direction_remove_exactly_its_part():

@@ -289,16 +289,16 @@ def test_sidebar_lists_every_chapter_by_title(book):
 @pytest.mark.parametrize("name", CHAPTER_IDS)
 @pytest.mark.parametrize("kind, word", [("fig", "Figure"), ("tbl", "Table")])
 def test_floats_are_numbered_in_order(book, name, kind, word):
-    """Every figure (table) the chapter defines is captioned on its page, numbered chapter.1, .2, ..."""
+    """Every figure (table) the chapter defines is captioned on its page, numbered chapter.1, .2, ... (1, 2, ... in
+    the unnumbered abstract)."""
     chapter = next(c for c in chapters() if c.name == name)
     expected = float_labels(expand(REPO / chapter.source), kind)
     raw = page(name).raw
     found = re.findall(rf'<figcaption[^>]*quarto-float-caption quarto-float-{kind}" id="({kind}-[\w-]+?)-caption'
                        rf'[^"]*">\s*{word}&nbsp;([A-Z\d.]+)', raw)
     assert [label for label, _ in found] == expected, "captions on the page differ from the labels in the source"
-    if expected:
-        assert chapter.number is not None, f"{word.lower()}s in an unnumbered chapter"
-        assert [n for _, n in found] == [f"{chapter.number}.{i}" for i in range(1, len(found) + 1)]
+    prefix = "" if chapter.number is None else f"{chapter.number}."  # the abstract's figure is "Figure 1"
+    assert [n for _, n in found] == [f"{prefix}{i}" for i in range(1, len(found) + 1)]
 
 
 # --- HTML, in Chromium --------------------------------------------------------------------------
@@ -598,8 +598,11 @@ def test_pdf_places_every_float(pdf_chapters, name, kind, word):
     """Each chapter's PDF text holds one caption per figure (table) of the source, numbered in order."""
     chapter = next(c for c in chapters() if c.name == name)
     expected = len(float_labels(html_only(expand(REPO / chapter.source)), kind))
-    captions = re.findall(rf"\b{word} ([A-Z]|\d+)\.(\d+):", pdf_chapters[name])
-    numbers = sorted({int(i) for c, i in captions if chapter.number is not None and c == str(chapter.number)})
+    if chapter.number is None:  # the unnumbered abstract: "Figure 1:"
+        numbers = sorted({int(i) for i in re.findall(rf"\b{word} (\d+):", pdf_chapters[name])})
+    else:
+        captions = re.findall(rf"\b{word} ([A-Z]|\d+)\.(\d+):", pdf_chapters[name])
+        numbers = sorted({int(i) for c, i in captions if c == str(chapter.number)})
     assert numbers == list(range(1, expected + 1)), f"{word.lower()} captions {numbers}, expected 1..{expected}"
 
 
