@@ -39,7 +39,7 @@ from analyses.toolkit import plotting
 from analyses.toolkit.gram import toeplitz_share
 from analyses.toolkit.helix_period import EDGE, bulk_edge, helix_period, principal_coordinates
 from analyses.toolkit.linalg import explained_variance_ratio
-from analyses.toolkit.table_shape import bulk_turns, half_way_index
+from analyses.toolkit.table_shape import defined_period, half_way_index
 from analyses.toolkit.subspaces import energy_fraction, random_energy_moments, width_k
 
 HISTORY = ("history.steps", "history.W_pos", "history.E_centred.S", HISTORY_TOKEN_ROWS, "history.train_loss",
@@ -258,7 +258,7 @@ def _learned_numbers(learned: dict[str, np.ndarray], steps: np.ndarray, onset: i
 
 def _holds_a_turn(period: float, n_ctx: int, edge: int) -> bool:
     """Whether the bulk holds at least one turn at `period` tokens per turn (else the period is undefined)."""
-    return bool(np.isfinite(period)) and bulk_turns(n_ctx, bulk_edge(n_ctx, edge), period) >= 1
+    return bool(np.isfinite(defined_period(period, n_ctx, bulk_edge(n_ctx, edge))))
 
 
 def _period(period: float, n_ctx: int, edge: int, description: str) -> Number | Text:

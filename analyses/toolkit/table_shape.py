@@ -31,12 +31,18 @@ def bulk_turns(n_rows: int, edge: int, period: float) -> float:
     return (n_rows - 2 * edge - 1) / period
 
 
+def defined_period(period: float, n_rows: int, edge: int) -> float:
+    """`period`, or NaN where the bulk holds less than one turn at it (an angle that has not come round once has no
+    period): the one rule for printing a period "undefined"."""
+    return period if np.isfinite(period) and bulk_turns(n_rows, edge, period) >= 1 else float("nan")
+
+
 def table_shape(P: np.ndarray, edge: int = EDGE) -> dict[str, float]:
     """The six numbers of the module docstring for the table P."""
     P = np.asarray(P, dtype=np.float64)
     ratios = explained_variance_ratio(P)
     winding = helix_winding(P, edge=edge)
-    period = winding.period if bulk_turns(winding.n_rows, winding.edge, winding.period) >= 1 else float("nan")
+    period = defined_period(winding.period, winding.n_rows, winding.edge)
     return {"top3": float(ratios[:3].sum()), "pc1": float(ratios[0]), "pair_ratio": float(ratios[1] / ratios[0]),
             "turns": float(winding.turns), "period": float(period),
             "toeplitz": toeplitz_share(P - P.mean(axis=0))}
