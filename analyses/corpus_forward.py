@@ -186,20 +186,21 @@ def hidden_states(tensors, shape: ModelShape, ids: np.ndarray, rows: slice, batc
     return states
 
 
-def signal_ranks(H: np.ndarray) -> np.ndarray:
+def signal_ranks(H: np.ndarray, chunk: int = 20) -> np.ndarray:
     """The signal rank (`toolkit.signal`) of every window of every state, H [states, W, N, D] → [states, W].
 
-    The singular values of each centred window come from its Gram eigenvalues, all windows of a state at once
+    The singular values of each centred window come from its Gram eigenvalues, `chunk` windows of a state at once
     (`linalg.gram_singular_values`): a rank counts values against a threshold at the Marchenko–Pastur edge, in the
     middle of the spectrum, where they agree with an SVD's to about ε·(σ_1/σ)², far below any value's distance
     from the threshold."""
     N, D = H.shape[2:]
     ranks = np.zeros(H.shape[:2], dtype=int)
     for s, state in enumerate(H):
-        X = state.astype(np.float64)
-        X -= X.mean(axis=1, keepdims=True)
-        for w, values in enumerate(gram_singular_values(X)[:, :min(N - 1, D)]):
-            ranks[s, w] = int(np.sum(noise_edge(values, N - 1, D).keeps(values)))
+        for start in range(0, len(state), chunk):  # float64 copies of a few windows at a time, not of the whole state
+            X = state[start:start + chunk].astype(np.float64)
+            X -= X.mean(axis=1, keepdims=True)
+            for w, values in enumerate(gram_singular_values(X)[:, :min(N - 1, D)], start):
+                ranks[s, w] = int(np.sum(noise_edge(values, N - 1, D).keeps(values)))
     return ranks
 
 

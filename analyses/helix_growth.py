@@ -27,12 +27,13 @@ total fall over the run.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
 
 from analyses.engine.registry import register
-from analyses.engine.results import COUNT_SHARE, EXACT, Accuracy, Number, Result, Table, Text
+from analyses.engine.results import COUNT_SHARE, EXACT, Accuracy, Number, Result, Table, Text, period_or_undefined
 from analyses.engine.shapes import ModelShape
 from analyses.engine.tensors import HISTORY_TOKEN_ROWS, TRAINING_RECORD
 from analyses.toolkit import plotting
@@ -262,9 +263,7 @@ def _holds_a_turn(period: float, n_ctx: int, edge: int) -> bool:
 
 
 def _period(period: float, n_ctx: int, edge: int, description: str) -> Number | Text:
-    if _holds_a_turn(period, n_ctx, edge):
-        return Number(period, ".0f", description)
-    return Text("undefined", f"{description}: the bulk holds less than one turn")
+    return period_or_undefined(period if _holds_a_turn(period, n_ctx, edge) else math.nan, ".0f", description)
 
 
 def _period_cell(period: float, n_ctx: int, edge: int) -> float | str:

@@ -19,35 +19,46 @@ import numpy as np
 
 from analyses.engine.checkpoint import sha256_file
 from analyses.engine.registry import register
-from analyses.engine.results import Accuracy, Number, Result, Table, Text
+from analyses.engine.results import Accuracy, Number, Result, Table, Text, period_or_undefined
 from analyses.engine.shapes import ModelShape
-from analyses.engine.sources import GRID, GRID_BASE, GRID_GROUP, GRID_LONG, model_spec
+from analyses.engine.sources import GRID, GRID_BASE, GRID_GROUP, GRID_LONG, MAIN_RECIPE, model_spec
 from analyses.engine.tensors import HISTORY_FILE, RECORD_FILE, read_training_record
 from analyses.engine.training import model_dir
 from analyses.toolkit import plotting
 from analyses.toolkit.helix_period import EDGE
-from analyses.toolkit.table_shape import FORMATS, LABELS, MEASURES, half_way_index, reference_shapes, table_shape
+from analyses.toolkit.table_shape import (FORMATS, LABELS, MEASURES, half_way_index, power_law_slope,
+                                          reference_shapes, table_shape)
 
 MAIN_RUNS = ("kjv-gpt2", "kjv-gpt2-seed1")
-"""The main-size runs, measured beside the grid: the same recipe as the grid's base but twice the width, twice the
-layers, twice the tokens per step and ten times the steps."""
-RUNS = (*GRID, *MAIN_RUNS)
+"""The main recipe's two seeds (`engine.sources.MAIN_RECIPE`): the reference of the main-size grid runs."""
+CONTEXT_RUNS = ("kjv-gpt2-ctx128", "kjv-gpt2", "kjv-gpt2-seed1", "kjv-gpt2-ctx512")
+"""The main recipe at three contexts, at equal tokens per step (two seeds at 256): how the shape scales with n."""
+FIGURE_RUNS = (*CONTEXT_RUNS, "kjv-gpt2-sigma01")
+"""The main-size runs, drawn beside a model's own windows."""
+RUNS = (*MAIN_RUNS, *GRID)
 RECORDED = Accuracy(basis="exact: read from the committed training record")
+GPT2_CONTEXT = 1024
+"""GPT-2's context, where the context runs' fitted scaling is read off."""
 
 
 def run_key(name: str) -> str:
-    """The run's prefix in the cited keys: `base`, `sigma01`, …, `long_ctx128`, `main`, `main_seed1`."""
-    if name in MAIN_RUNS:
-        return name.replace("kjv-gpt2", "main").replace("-", "_")
+    """The run's prefix in the cited keys: `main`, `main_seed1`, `main_ctx128`, …; the small runs `base`,
+    `sigma01`, …, `long_ctx128`."""
+    if name.startswith("kjv-gpt2"):
+        return "main" + name.removeprefix("kjv-gpt2").replace("-", "_")
     return name.removeprefix("kjv-small-").replace("-", "_") if name != "kjv-small" else "base"
 
 
 def change(name: str) -> str:
-    """What the run changes from the grid's base recipe (a run at another context: from the longer run), in words."""
+    """What the run changes, in words: a main-size run from the main recipe; a small run from the small base (a run
+    at another context: from the small base's longer run)."""
     recipe = model_spec(name).recipe.as_dict()
     if name in MAIN_RUNS:
         return f"main recipe, seed {recipe['seed']}"
-    reference = (GRID_LONG if recipe["n_ctx"] != GRID_BASE.n_ctx else GRID_BASE).as_dict()
+    if name.startswith("kjv-gpt2"):
+        reference = MAIN_RECIPE.as_dict()
+    else:
+        reference = (GRID_LONG if recipe["n_ctx"] != GRID_BASE.n_ctx else GRID_BASE).as_dict()
     changed = {k: v for k, v in recipe.items() if reference[k] != v and k not in ("batch", "eval_windows")}
     if not changed:
         return "base"
@@ -78,12 +89,6 @@ def run_shapes(W: np.ndarray, edge: int) -> np.ndarray:
     return np.array([[table_shape(P, edge)[m] for m in MEASURES] for P in np.asarray(W, dtype=np.float64)])
 
 
-def _cite(value: float, fmt: str, description: str) -> Number | Text:
-    """A period is "undefined" where the bulk holds less than one turn (NaN from `table_shape`)."""
-    return Number(value, fmt, description) if np.isfinite(value) else Text("undefined", f"{description}: "
-                                                                          "the bulk holds less than one turn")
-
-
 def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int) -> Result:
     """The shape of each run's position table at the end and over training, its loss, and the references."""
     numbers: dict[str, Number | Text] = {"n_draws": Number(n_draws, "d", "draws of each reference table")}
@@ -101,7 +106,8 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int) 
         lowest = int(np.argmin(trajectory[:, ratio]))
         loss_half, share_half = int(eval_steps[half_way_index(eval_loss)]), int(steps[half_way_index(trajectory[:, 0])])
         shapes[key] = (recipe["n_ctx"], recipe["d_model"])
-        numbers |= {f"{key}_{m}": _cite(final[m], FORMATS[m], f"{name}: {LABELS[m]} at the last step") for m in MEASURES}
+        numbers |= {f"{key}_{m}": period_or_undefined(final[m], FORMATS[m], f"{name}: {LABELS[m]} at the last step")
+                    for m in MEASURES}
         numbers |= {
             f"{key}_n_ctx": Number(recipe["n_ctx"], "d", f"{name}: context (positions)"),
             f"{key}_steps": Number(recipe["steps"], ",d", f"{name}: training steps"),
@@ -125,6 +131,13 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int) 
                      final["period"] if np.isfinite(final["period"]) else "undefined", final["toeplitz"],
                      float(eval_loss[-1]), loss_half, share_half))
         arrays |= {f"{key}_steps": steps, f"{key}_shape": trajectory}
+    main_size = [numbers[f"{run_key(name)}_minutes"].value for name in runs if name.startswith("kjv-gpt2")]
+    if main_size:
+        numbers |= {"main_size_minutes_min": Number(min(main_size), ".0f", "shortest main-size run (minutes)", RECORDED),
+                    "main_size_minutes_max": Number(max(main_size), ".0f", "longest main-size run (minutes)", RECORDED)}
+    if set(CONTEXT_RUNS) <= set(runs):
+        numbers |= context_scaling({name: arrays[f"{run_key(name)}_shape"][-1] for name in CONTEXT_RUNS},
+                                   {name: shapes[run_key(name)][0] for name in CONTEXT_RUNS})
     references = {}
     for n, d in sorted(set(shapes.values())):
         draws = reference_shapes((n, d), n_draws, seed, edge)
@@ -147,16 +160,42 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int) 
     return Result(numbers, {"grid": Table(columns, tuple(rows), formats)}, arrays)
 
 
+def context_scaling(finals: dict[str, np.ndarray], contexts: dict[str, int]) -> dict[str, Number]:
+    """How the main recipe's shape scales with its context: b of λ2/λ1 ∝ n^b and of turns ∝ n^b over the context
+    runs (`power_law_slope`; each seed a point), and the λ2/λ1 the fit gives at GPT-2's context. A table of fixed
+    period bends more the longer it is (λ2/λ1 rising towards 1); one that spreads the same shape over any context
+    gives b = 0."""
+    n = np.array([contexts[name] for name in finals])
+    out = {}
+    for m in ("pair_ratio", "turns"):
+        b, a = power_law_slope(n, np.array([final[MEASURES.index(m)] for final in finals.values()]))
+        out[f"context_{m}_slope"] = Number(b, ".2f", f"b of {LABELS[m]} ∝ context^b, the main recipe at "
+                                                     f"{len(set(n))} contexts")
+        if m == "pair_ratio":
+            out["context_pair_ratio_at_gpt2"] = Number(float(np.exp(a + b * np.log(GPT2_CONTEXT))), ".3f",
+                                                       f"the fit's λ2/λ1 at {GPT2_CONTEXT} positions")
+    return out
+
+
+def final_shapes(runs: tuple[str, ...], edge: int) -> tuple[np.ndarray, np.ndarray]:
+    """(contexts [R], `table_shape` of each run's last table [R, len(MEASURES)])."""
+    contexts = np.array([model_spec(name).recipe.n_ctx for name in runs])
+    return contexts, np.array([run_shapes(_history(name)["history.W_pos"][-1:], edge)[0] for name in runs])
+
+
 def window_shape(tensors, shape: ModelShape, *, lengths: tuple[int, ...], n_windows: int, untrained_rows: int,
-                 edge: int) -> Result:
+                 edge: int, runs: tuple[str, ...]) -> Result:
     """`table_shape` of windows of each length in `lengths` cut from the model's trained rows (`n_windows` starts
-    spread evenly; one window where the length is the whole), and of all trained rows; mean, smallest, largest."""
+    spread evenly; one window where the length is the whole), and of all trained rows; mean, smallest, largest; b of
+    the mean turns ∝ length^b and of the mean λ2/λ1 over the lengths (the fit of the context runs, `context_scaling`). Beside them,
+    for the figure, the last tables of the main-size `runs`, trained at those lengths."""
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
     n = len(P) - untrained_rows
     numbers: dict[str, Number | Text] = {"n_trained": Number(n, "d", "trained rows measured"),
                                          "n_windows": Number(n_windows, "d", "windows of each length")}
-    rows, arrays = [], {}
-    for length in [L for L in lengths if L < n] + [n]:
+    measured = [L for L in lengths if L < n]
+    rows, arrays = [], {"window_lengths": np.array([*measured, n])}
+    for length in [*measured, n]:
         starts = np.unique(np.round(np.linspace(0, n - length, n_windows)).astype(int))
         values = np.array([[table_shape(P[s:s + length], edge)[m] for m in MEASURES] for s in starts])
         key = "whole" if length == n else f"w{length}"
@@ -169,25 +208,60 @@ def window_shape(tensors, shape: ModelShape, *, lengths: tuple[int, ...], n_wind
                         f"{key}_{m}_min": Number(float(column.min()), FORMATS[m], f"{LABELS[m]}, smallest window of {length}"),
                         f"{key}_{m}_max": Number(float(column.max()), FORMATS[m], f"{LABELS[m]}, largest window of {length}")}
         rows += [(length, int(s), *v[:4], v[4] if np.isfinite(v[4]) else "undefined", v[5]) for s, v in zip(starts, values)]
+    for m in ("turns", "pair_ratio") if len(measured) >= 2 else ():
+        means = [arrays[f"w{L}"][:, MEASURES.index(m)].mean() for L in measured]
+        numbers[f"{m}_slope"] = Number(power_law_slope(np.array(measured), np.array(means))[0], ".2f",
+                                       f"b of the mean {LABELS[m]} ∝ window length^b, windows of {measured[0]}–{measured[-1]}")
+    arrays["runs_n_ctx"], arrays["runs_shape"] = final_shapes(runs, edge)
     columns = ("positions", "first row", *(LABELS[m] for m in MEASURES))
     return Result(numbers, {"windows": Table(columns, tuple(rows), {LABELS[m]: FORMATS[m] for m in MEASURES})}, arrays)
 
 
 def plot_grid(result: Result, shape: ModelShape | None):
-    """PC1's share and λ2/λ1 of each run's table against the training step, with the random walks' means."""
+    """PC1's share and λ2/λ1 of each run's table against the training step (the small runs in grey), with the
+    random walks' means."""
     a = result.arrays
     fig, axes = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, 4.2), sharex=True)
-    runs = [k.removesuffix("_shape") for k in a if k.endswith("_shape")]
+    keys = [k.removesuffix("_shape") for k in a if k.endswith("_shape")]
+    main = [k for k in keys if k.startswith("main")]
     for ax, measure in zip(axes, ("pc1", "pair_ratio")):
         i = MEASURES.index(measure)
-        for j, key in enumerate(runs):
-            ax.plot(np.maximum(a[f"{key}_steps"], 1), a[f"{key}_shape"][:, i], marker="o", ms=2.5, lw=1,
-                    color=f"C{j}", label=key)
+        for key in keys:
+            small = key not in main
+            ax.plot(np.maximum(a[f"{key}_steps"], 1), a[f"{key}_shape"][:, i], marker=None if small else "o", ms=2.5,
+                    lw=0.8 if small else 1, color="0.7" if small else f"C{main.index(key)}",
+                    label=("small runs" if key == next(k for k in keys if k not in main) else None) if small else key)
         for k, style in (("walk256x128", "--"), ("walk256x64", ":")):
             if k in a:
                 ax.axhline(a[k][:, i].mean(), color="0.4", lw=0.8, ls=style, label=f"random walk {k.removeprefix('walk')}")
         ax.set_xscale("log")
         ax.set_xlabel("training step (log; step 0 at 1)")
+        ax.set_ylabel(LABELS[measure])
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=4, fontsize=plotting.MIN_FONT)
+    return fig
+
+
+def plot_context(result: Result, shape: ModelShape | None):
+    """λ2/λ1 and turns against the number of positions: the model's own windows (each window a dot, their mean a
+    line) and the main-size runs' last tables, trained at those contexts."""
+    a = result.arrays
+    fig, axes = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, 3.4))
+    lengths = a["window_lengths"]
+    windows = [(int(L), f"w{L}" if L != lengths[-1] else "whole") for L in lengths]
+    for ax, measure in zip(axes, ("pair_ratio", "turns")):
+        i = MEASURES.index(measure)
+        for length, key in windows:
+            ax.plot(np.full(len(a[key]), length), a[key][:, i], "o", ms=2.5, color="0.6", mec="none")
+        ax.plot([L for L, _ in windows], [a[k][:, i].mean() for _, k in windows], "-", color="0.2", lw=1,
+                label="windows of the table (mean)")
+        n, values = a["runs_n_ctx"], a["runs_shape"][:, i]
+        context = np.arange(len(n)) < len(n) - 1  # the last run changes the noise, not the context
+        ax.plot(n[context], values[context], "o", color="C3", ms=4, label="trained at that context")
+        ax.plot(n[~context], values[~context], "s", mfc="none", color="C0", ms=5, label="trained, σ 0.01")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([L for L, _ in windows], [str(L) for L, _ in windows])
+        ax.set_xlabel("positions")
         ax.set_ylabel(LABELS[measure])
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize=plotting.MIN_FONT)
@@ -199,4 +273,5 @@ register("training_grid", "What decides the helix: shape across training runs", 
          data=grid_inputs, figures={"grid": plot_grid}, groups=(GRID_GROUP,))
 
 register("window_shape", "The table's shape in windows of the trained runs' contexts", window_shape, needs=("W_pos",),
-         params={"lengths": (128, 256, 512), "n_windows": 5, "untrained_rows": 1, "edge": EDGE})
+         params={"lengths": (128, 256, 512), "n_windows": 5, "untrained_rows": 1, "edge": EDGE, "runs": FIGURE_RUNS},
+         data=grid_inputs, figures={"context": plot_context})

@@ -95,13 +95,31 @@ def tiny_checkpoint(tmp_path, tiny_model) -> Path:
     return write_checkpoint(tmp_path / "tiny", gpt2_state_dict(rng, with_wte=False, with_mlp=False), gpt2_config())
 
 
+def real_gpt2_weights() -> tuple[Path | None, str]:
+    """(the real GPT-2 small directory from $GPT2_WEIGHTS, or None and why not)."""
+    value = os.environ.get(WEIGHTS_ENV)
+    if not value:
+        return None, f"${WEIGHTS_ENV} is not set: no real GPT-2 weights to check against"
+    path = Path(value)
+    if not (path / "model.safetensors").is_file():
+        return None, f"${WEIGHTS_ENV}={value} holds no model.safetensors"
+    return path, ""
+
+
 @pytest.fixture(scope="session")
 def gpt2_weights() -> Path:
     """The real GPT-2 small directory from $GPT2_WEIGHTS; tests that need it skip, saying why, when unset."""
-    value = os.environ.get(WEIGHTS_ENV)
-    if not value:
-        pytest.skip(f"${WEIGHTS_ENV} is not set: no real GPT-2 weights to check against")
-    path = Path(value)
-    if not (path / "model.safetensors").is_file():
-        pytest.skip(f"${WEIGHTS_ENV}={value} holds no model.safetensors")
+    path, why = real_gpt2_weights()
+    if path is None:
+        pytest.skip(why)
     return path
+
+
+def pytest_collection_finish(session):
+    """As soon as the tests are collected, start the book's render when a test of the rendered report will need it:
+    the render (minutes, mostly on one core) then runs beside the tests that do not need it (test_rendered.py)."""
+    modules = {item.module for item in session.items if item.module.__name__.endswith("test_rendered")}
+    weights, _ = real_gpt2_weights()
+    for module in modules:
+        if weights is not None:
+            module.start_render(weights)

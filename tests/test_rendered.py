@@ -1,7 +1,8 @@
 """The rendered report: `quarto render` once per session, then checks of what a reader gets.
 
 The render (HTML site and PDF, with the pre-render step that brings the cache up to date) runs
-once, into the normal `_book/`. Then:
+once, into the normal `_book/`, started in the background as soon as the tests are collected (it
+needs mostly one core for minutes; the tests before these run beside it). Then:
 
 - the render exits 0 and prints no WARN lines;
 - every HTML page, statically: no unresolved cross-reference, no literal shortcode, no raw TeX in
@@ -11,7 +12,8 @@ once, into the normal `_book/`. Then:
   blocked: no console error, math typeset (MathML), the interactive helix drawn by plotly, every
   cited number a link that lands on its key's own row of the provenance page (key, unrounded value
   and accuracy in its tooltip), every cached figure's caption linked to its entry; a full-page
-  screenshot of each page goes to `_book/screenshots/<page>.png` for a person to look at;
+  screenshot of each page (of the provenance listing, its first screen) goes to
+  `_book/screenshots/<page>.png` for a person to look at;
 - the PDF: the main text within its page budget (counted from the outline, per chapter), no
   missing glyph, every figure and table captioned in its chapter, all fonts embedded, the cited
   numbers printed in the chapters that cite them, and the provenance appendix, compact and out of
@@ -24,12 +26,14 @@ is skipped too. CI installs all of it (.ci/run).
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -142,18 +146,38 @@ class Render:
     seconds: float
 
 
+_RENDERING: dict[str, object] = {}
+"""The session's one `quarto render`: its process, its log file and when it started."""
+
+
+def start_render(gpt2_weights: Path) -> None:
+    """Start `quarto render` of the whole book (HTML and PDF) into _book/ in the background, once per session; the
+    conftest calls this as soon as the tests are collected, so that the render runs beside the other tests."""
+    if QUARTO is None or _RENDERING:
+        return
+    shutil.rmtree(BOOK, ignore_errors=True)
+    env = os.environ | {"ANALYSES_PYTHON": sys.executable, "GPT2_WEIGHTS": str(gpt2_weights)}
+    log = tempfile.TemporaryFile("w+")
+    process = subprocess.Popen([QUARTO, "render"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    _RENDERING.update(log=log, start=time.monotonic(), process=process)
+    atexit.register(lambda: process.poll() is None and process.kill())  # an interrupted session leaves no render
+
+
 @pytest.fixture(scope="session")
 def render(gpt2_weights) -> Render:
-    """`quarto render` of the whole book (HTML and PDF) into _book/, once per session."""
+    """The session's render of the whole book, waited for (started at collection, or here)."""
     if QUARTO is None:
         pytest.skip("quarto is not on PATH: install Quarto 1.10.18 to render and check the report "
                     "(here: ../shared/tools/quarto/install.sh --with-tex PREFIX; see the README)")
-    shutil.rmtree(BOOK, ignore_errors=True)
-    env = os.environ | {"ANALYSES_PYTHON": sys.executable, "GPT2_WEIGHTS": str(gpt2_weights)}
-    start = time.monotonic()
-    proc = subprocess.run([QUARTO, "render"], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=RENDER_TIMEOUT_S)
-    return Render(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start)
+    start_render(gpt2_weights)
+    process, log = _RENDERING["process"], _RENDERING["log"]
+    try:
+        process.wait(timeout=RENDER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    log.seek(0)
+    return Render(process.returncode, log.read(), time.monotonic() - _RENDERING["start"])
 
 
 @pytest.fixture(scope="session")
@@ -385,8 +409,10 @@ def browser_visits(book, tmp_path_factory) -> dict[str, Visit]:
                 visit.rows = {k: tuple(v) for k, v in tab.evaluate(
                     "() => Object.fromEntries([...document.querySelectorAll('tr[id]')].map(r => [r.id,"
                     " [r.cells[0].innerText.trim(), (r.closest('section[id]') || {}).id || '']]))").items()}
-                # the provenance appendix is one long page (every cited number): its full-page capture takes ~30 s
-                tab.screenshot(path=str(SCREENSHOTS / f"{current}.png"), full_page=True, timeout=120_000)
+                # the provenance appendix is one long listing (every cited number): its first screen is what a person
+                # looks at, and a full-page capture of it took ~30 s
+                tab.screenshot(path=str(SCREENSHOTS / f"{current}.png"), full_page=current != "provenance",
+                               timeout=120_000)
                 tab.close()
                 visit.seconds = time.monotonic() - start
             browser.close()

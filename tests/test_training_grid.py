@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analyses.engine.sources import GRID, MODELS, ModelShape
-from analyses.toolkit.table_shape import MEASURES, bulk_turns, reference_shapes, table_shape
-from analyses.training_grid import RUNS, change, run_key, window_shape
+from analyses.engine.sources import GRID, MAIN_RECIPE, MODELS, ModelShape
+from analyses.toolkit.table_shape import MEASURES, bulk_turns, power_law_slope, reference_shapes, table_shape
+from analyses.training_grid import CONTEXT_RUNS, RUNS, change, context_scaling, run_key, window_shape
 
 
 def helix(n: int, turns: float, d: int = 16, rise: float = 0.0) -> np.ndarray:
@@ -63,23 +63,61 @@ def test_windows_of_a_helix_cut_the_turns_in_proportion():
     """A helix of period 128 over 1,025 rows (the last one untrained): windows of 512 hold 4 turns each."""
     shape = ModelShape("toy", "gpt2", 16, 1025, 1, 1, 10, 64, "pre")
     r = window_shape({"W_pos": helix(1025, 1025 / 128)}, shape, lengths=(256, 512), n_windows=3, untrained_rows=1,
-                     edge=100)
+                     edge=100, runs=())
     assert r.numbers["w512_turns"].value == pytest.approx(4.0, rel=0.02)
+    assert r.numbers["turns_slope"].value == pytest.approx(1.0, abs=0.03)  # a fixed period: turns ∝ length
     assert r.numbers["w256_turns_min"].value == pytest.approx(2.0, rel=0.03)
     assert r.numbers["whole_turns"].value == pytest.approx(8.0, rel=0.02)
     assert len(r.tables["windows"].rows) == 3 + 3 + 1
 
 
-def test_every_grid_run_changes_one_thing_from_the_base_or_the_longer_run_and_keeps_the_tokens_per_step():
+def test_every_grid_run_changes_one_thing_from_its_reference_and_keeps_the_tokens_per_step():
+    """A main-size run changes one thing from the main recipe; a small run from the small base or its longer run; each
+    keeps its reference's tokens per step and held-out tokens."""
     base, long = GRID["kjv-small"], GRID["kjv-small-long"]
     for name, recipe in GRID.items():
-        assert recipe.tokens_per_step == base.tokens_per_step
-        assert recipe.eval_windows * recipe.n_ctx == base.eval_windows * base.n_ctx  # the same held-out tokens
+        references = (MAIN_RECIPE,) if name.startswith("kjv-gpt2") else (base, long)
+        assert recipe.tokens_per_step == references[0].tokens_per_step
+        assert recipe.eval_windows * recipe.n_ctx == references[0].eval_windows * references[0].n_ctx
         assert MODELS[name].recipe == recipe and MODELS[name].groups == ("training grid",)
         changed = [{k for k, v in recipe.as_dict().items() if ref.as_dict()[k] != v} - {"batch", "eval_windows"}
-                   for ref in (base, long)]
+                   for ref in references]
         assert min(map(len, changed)) == (0 if name in ("kjv-small", "kjv-small-long") else 1), name
-    assert [run_key(n) for n in RUNS][-2:] == ["main", "main_seed1"] and change("kjv-small") == "base"
+    assert MODELS["kjv-gpt2"].recipe == MAIN_RECIPE
+    assert [run_key(n) for n in RUNS][:5] == ["main", "main_seed1", "main_ctx128", "main_ctx512", "main_sigma01"]
+    assert change("kjv-small") == "base" and change("kjv-gpt2-ctx512") == "context 512"
+    assert [MODELS[n].recipe.n_ctx for n in CONTEXT_RUNS] == [128, 256, 256, 512]
+
+
+def test_power_law_slope_recovers_the_exponent():
+    n = np.array([128, 256, 512])
+    assert power_law_slope(n, 3.0 * n ** 0.7)[0] == pytest.approx(0.7)
+    assert power_law_slope(n, np.full(3, 2.5))[0] == pytest.approx(0.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("fixed, slope", [("period", 1.0), ("turns", 0.0)])
+def test_context_scaling_tells_a_fixed_period_from_a_fixed_number_of_turns_per_context(fixed, slope):
+    """Helices at contexts 128, 256, 256, 512: of period 100 tokens (turns grow with n, b = 1), or of 2.5 turns
+    whatever the context (b = 0, the same shape at every context: λ2/λ1 the same too, as the fit at 1024 gives)."""
+    contexts = dict(zip(CONTEXT_RUNS, (128, 256, 256, 512)))
+    finals = {name: np.array([table_shape(helix(n, n / 100 if fixed == "period" else 2.5))[m] for m in MEASURES])
+              for name, n in contexts.items()}
+    numbers = context_scaling(finals, contexts)
+    assert numbers["context_turns_slope"].value == pytest.approx(slope, abs=0.03)
+    if fixed == "turns":
+        assert numbers["context_pair_ratio_slope"].value == pytest.approx(0.0, abs=1e-3)
+        expected = table_shape(helix(1024, 2.5))["pair_ratio"]
+        assert numbers["context_pair_ratio_at_gpt2"].value == pytest.approx(expected, rel=1e-2)
+
+
+def test_a_table_that_bends_more_the_longer_it_is_has_a_rising_pair_ratio():
+    """Arcs of a fixed period of 1,000 tokens: 128 positions are nearly straight, 512 bend through half a turn; λ2/λ1
+    rises with the context, about as the square of the angle swept (b near 2) while the arc is short."""
+    contexts = dict(zip(CONTEXT_RUNS, (128, 256, 256, 512)))
+    finals = {name: np.array([table_shape(helix(n, n / 1000))[m] for m in MEASURES]) for name, n in contexts.items()}
+    numbers = context_scaling(finals, contexts)
+    assert 1.5 < numbers["context_pair_ratio_slope"].value < 2.5
+    assert finals["kjv-gpt2-ctx128"][MEASURES.index("pair_ratio")] < 0.02
 
 
 def test_the_grid_reads_each_runs_history_and_measures_its_last_table_and_half_way_steps(tmp_path, monkeypatch):

@@ -102,6 +102,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--allow-skips", action="store_true",
                      help="record a computed result as skipped when its inputs went missing (else an error)")
+    run.add_argument("--provenance", action="store_true",
+                     help="then write the provenance page from the cache, as `provenance` does (the book's pre-render "
+                          "step: one process for both)")
     sub.add_parser("list", parents=[common], help="list analyses, their needs and cached status")
     sub.add_parser("status", parents=[common], help="exit non-zero unless the cache and the cited files are fresh")
     verify = sub.add_parser("verify", parents=[common], help="recompute in memory (nothing is written) and compare "
@@ -249,7 +252,7 @@ def _run(args) -> int:
         _say(f"{scope}/{name:40s} removed (no analysis owns it)")
     if report.index_written:
         _say("_variables.yml and provenance.md rebuilt from the cache")
-    return 0
+    return _write_provenance(_root(args)) if args.provenance else 0
 
 
 def _status(args) -> int:
@@ -374,15 +377,20 @@ def _explain(args) -> int:
 
 
 def _provenance(args) -> int:
+    return _write_provenance(_root(args), check=args.check)
+
+
+def _write_provenance(root: Path, check: bool = False) -> int:
+    """Write the book's provenance page and its links' data from the cache (with `check`: write nothing, exit 1
+    when either is out of date)."""
     from analyses.engine import provenance
 
-    root = _root(args)
     book = provenance.Provenance.of(root)
     missing = book.unresolved()
     if missing:
         raise provenance.UnknownKeyError(f"the book cites what no verified cache entry holds: {', '.join(missing[:5])}"
                                          + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
-    if args.check:
+    if check:
         stale = provenance.outdated(root, book)
         for path in stale:
             _say(f"STALE: {path} differs from the cache (run `python -m analyses provenance`)")

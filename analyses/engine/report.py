@@ -46,24 +46,27 @@ def _text_with_includes(path: Path, seen: frozenset[Path] = frozenset()) -> str:
     return "\n".join(parts)
 
 
-def figures_shown(root: Path) -> dict[str, frozenset[str]] | None:
-    """{"scope/analysis": names} that the book at `root` embeds: figure names, and the file names of the
-    analysis's text outputs that it includes; None when there is no book."""
+def book_text(root: Path) -> str | None:
+    """The text of every chapter of the book at `root`, the files they include in place; None when there is no
+    book. What the book shows and cites is read from it."""
     files = chapters(root)
-    if files is None:
+    return None if files is None else "\n".join(_text_with_includes(path) for path in files)
+
+
+def figures_shown(root: Path, text: str | None = None) -> dict[str, frozenset[str]] | None:
+    """{"scope/analysis": names} that the book at `root` (or its `text`, already read) embeds: figure names, and
+    the file names of the analysis's text outputs that it includes; None when there is no book."""
+    text = book_text(root) if text is None else text
+    if text is None:
         return None
     shown: dict[str, set[str]] = {}
-    for path in files:
-        text = _text_with_includes(path)
-        for scope, analysis, name in [*FIGURE.findall(text), *INCLUDED_OUTPUT.findall(text)]:
-            shown.setdefault(f"{scope}/{analysis}", set()).add(name)
+    for scope, analysis, name in [*FIGURE.findall(text), *INCLUDED_OUTPUT.findall(text)]:
+        shown.setdefault(f"{scope}/{analysis}", set()).add(name)
     return {label: frozenset(names) for label, names in shown.items()}
 
 
-def cited_keys(root: Path) -> frozenset[str] | None:
-    """Every `_variables.yml` key that the book at `root` cites (`{{< var scope.analysis.key >}}`, in its chapters
-    and the files they include); None when there is no book."""
-    files = chapters(root)
-    if files is None:
-        return None
-    return frozenset(key for path in files for key in VARIABLE.findall(_text_with_includes(path)))
+def cited_keys(root: Path, text: str | None = None) -> frozenset[str] | None:
+    """Every `_variables.yml` key that the book at `root` (or its `text`, already read) cites
+    (`{{< var scope.analysis.key >}}`, in its chapters and the files they include); None when there is no book."""
+    text = book_text(root) if text is None else text
+    return None if text is None else frozenset(VARIABLE.findall(text))

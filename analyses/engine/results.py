@@ -139,6 +139,14 @@ class Text:
         return self.value
 
 
+def period_or_undefined(period: float, fmt: str, description: str) -> Number | Text:
+    """A helix period where it is defined; where it is not (NaN: the bulk holds less than one turn), the text
+    "undefined", so that no table or sentence prints a period of an angle that has not come round once."""
+    if math.isfinite(period):
+        return Number(period, fmt, description)
+    return Text("undefined", f"{description}: the bulk holds less than one turn")
+
+
 def spoken_list(items) -> str:
     """Items as an English list: "3", "3 and 4", "3, 4 and 7"; "none" when empty."""
     items = [str(i) for i in items]

@@ -9,6 +9,10 @@ For a table P (positions × width), centred over positions, with λ_i the varian
 * `period`: tokens per turn over the bulk (`helix_winding`), NaN ("undefined") where the bulk holds less than one
   turn: an angle that has not come round once has no period;
 * `toeplitz`: the Toeplitz share τ of the Gram matrix (`toolkit.gram`).
+
+Across contexts, `power_law_slope` says how a measure scales with the number of positions n: the turns of a table
+that winds a fixed number of turns per context do not grow with n (slope 0); those of a helix of fixed period grow
+in proportion (slope 1).
 """
 
 from __future__ import annotations
@@ -65,3 +69,10 @@ def half_way_index(values: np.ndarray) -> int:
     value (a fall for a loss, a rise for a share)."""
     values = np.asarray(values, dtype=np.float64) * np.sign(values[0] - values[-1])
     return int(np.flatnonzero(values <= values[0] - 0.5 * (values[0] - values[-1]))[0])
+
+
+def power_law_slope(n: np.ndarray, values: np.ndarray) -> tuple[float, float]:
+    """(b, a) of the least-squares line log value = a + b log n: value ∝ n^b (b = 0: the same at every n; b = 1:
+    in proportion to n)."""
+    b, a = np.polyfit(np.log(np.asarray(n, dtype=np.float64)), np.log(np.asarray(values, dtype=np.float64)), 1)
+    return float(b), float(a)

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Quarto's pre-render step (_quarto.yml: project.pre-render), run from the project root
 # before every `quarto render`:
-#   1. bring the analyses cache up to date (`python -m analyses run`: only stale analyses are
-#      computed, so a warm cache costs the hash check, about a second);
-#   2. write the provenance appendix and its links' data from the cache (`python -m analyses
-#      provenance`: report/provenance.qmd and report/provenance.json, rewritten only when they differ);
+#   1. bring the analyses cache up to date (`python -m analyses run --provenance`: only stale analyses
+#      are computed, so a warm cache costs the hash check, about a second);
+#   2. in the same process, write the provenance appendix and its links' data from the cache
+#      (report/provenance.qmd and report/provenance.json, rewritten only when they differ);
 #   3. copy plotly.js, from the same plotly package that drew the cached interactive figures,
 #      to report/_assets/plotly.min.js (gitignored), which _quarto.yml lists as a resource, so
 #      the site serves it itself instead of fetching it from a CDN.
@@ -20,9 +20,8 @@ if [ "$("$PY" -c 'import sys; print(sys.version_info >= (3, 11))' 2>/dev/null)" 
   exit 1
 fi
 
-echo "pre-render: $PY -m analyses run"
-"$PY" -m analyses run || { echo "pre-render: the analyses failed; not rendering." >&2; exit 1; }
-"$PY" -m analyses provenance || { echo "pre-render: the provenance page could not be written; not rendering." >&2; exit 1; }
+echo "pre-render: $PY -m analyses run --provenance"
+"$PY" -m analyses run --provenance || { echo "pre-render: the analyses or the provenance page failed; not rendering." >&2; exit 1; }
 
 "$PY" - <<'PY'
 from pathlib import Path
