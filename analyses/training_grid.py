@@ -1,16 +1,17 @@
 """What decides the helix: the position table's shape across training runs, over training and at the end, against
 references of the same shape and GPT-2's own table cut to the same number of positions.
 
-`training_grid` reads the committed histories of the grid's runs (`engine.sources.GRID`: a small model's base
-recipe and the same with GPT-2's position noise) and of the two main-size runs. Per run, at every snapshot and at the
-end, it measures the table's shape with `toolkit.table_shape` (top-3 and PC1 shares, λ2/λ1, turns around the helix's
+`training_grid` reads the committed histories of the grid's runs (`engine.sources.GRID`: the main recipe at other
+contexts and with GPT-2's position noise, and the small runs) and of the main recipe's two seeds. Per run, at every
+snapshot and at the end, it measures the table's shape with `toolkit.table_shape` (top-3 and PC1 shares, λ2/λ1, turns around the helix's
 own axis, the period where the bulk holds a turn, the Toeplitz share), the top-3 share of the learned change
 P − P₀ at the end, the held-out loss, and the loss's and the top-3 share's half-way steps; beside them, the same
-numbers for Gaussian random walks and i.i.d. Gaussian tables of each run's shape (seeded draws).
+numbers for Gaussian random walks and i.i.d. Gaussian tables of each run's shape (seeded draws); and how the main
+recipe's λ2/λ1 and turns scale with its context (`context_scaling`).
 
 `window_shape` cuts a model's own table into windows of the trained runs' context lengths (spread evenly over its
 trained rows) and measures each the same way, so that a trained table is compared with GPT-2 at the same number of
-positions.
+positions, and fits the same scaling over the window lengths; its figure sets the main-size runs beside the windows.
 """
 
 from __future__ import annotations

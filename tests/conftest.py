@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -113,6 +114,13 @@ def gpt2_weights() -> Path:
     if path is None:
         pytest.skip(why)
     return path
+
+
+def pytest_configure(config):
+    """The signal tests (test_hostile.py) need Ctrl-C deliverable: a shell that starts the suite in the background
+    (`make test &`, nohup) ignores SIGINT, and ignored signals stay ignored in every process the tests start."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_finish(session):
