@@ -27,7 +27,6 @@ total fall over the run.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -263,7 +262,7 @@ def _holds_a_turn(period: float, n_ctx: int, edge: int) -> bool:
 
 
 def _period(period: float, n_ctx: int, edge: int, description: str) -> Number | Text:
-    return period_or_undefined(period if _holds_a_turn(period, n_ctx, edge) else math.nan, ".0f", description)
+    return period_or_undefined(defined_period(period, n_ctx, bulk_edge(n_ctx, edge)), ".0f", description)
 
 
 def _period_cell(period: float, n_ctx: int, edge: int) -> float | str:

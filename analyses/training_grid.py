@@ -67,16 +67,26 @@ def change(name: str) -> str:
                      for k, v in changed.items())
 
 
-def grid_inputs() -> dict[str, str]:
-    """{'models/<run>/<file>': sha256} of every run's history and record (the analysis's data)."""
+def run_inputs(runs: tuple[str, ...], files: tuple[str, ...]) -> dict[str, str]:
+    """{'models/<run>/<file>': sha256} of the named files of each run (an analysis's data)."""
     out = {}
-    for name in RUNS:
-        for file in (HISTORY_FILE, RECORD_FILE):
+    for name in runs:
+        for file in files:
             path = model_dir(name) / file
             if not path.is_file():
                 raise ValueError(f"{path} is missing: python -m analyses train --model {name}")
             out[f"models/{name}/{file}"] = sha256_file(path)
     return out
+
+
+def grid_inputs() -> dict[str, str]:
+    """Every run's history and record: what `training_grid` reads."""
+    return run_inputs(RUNS, (HISTORY_FILE, RECORD_FILE))
+
+
+def figure_inputs() -> dict[str, str]:
+    """The histories of the main-size runs: what `window_shape` reads for its figure."""
+    return run_inputs(FIGURE_RUNS, (HISTORY_FILE,))
 
 
 def _history(name: str) -> dict[str, np.ndarray]:
@@ -214,6 +224,7 @@ def window_shape(tensors, shape: ModelShape, *, lengths: tuple[int, ...], n_wind
         numbers[f"{m}_slope"] = Number(power_law_slope(np.array(measured), np.array(means))[0], ".2f",
                                        f"b of the mean {LABELS[m]} ∝ window length^b, windows of {measured[0]}–{measured[-1]}")
     arrays["runs_n_ctx"], arrays["runs_shape"] = final_shapes(runs, edge)
+    arrays["runs_position_init_std"] = np.array([model_spec(name).recipe.position_init_std for name in runs])
     columns = ("positions", "first row", *(LABELS[m] for m in MEASURES))
     return Result(numbers, {"windows": Table(columns, tuple(rows), {LABELS[m]: FORMATS[m] for m in MEASURES})}, arrays)
 
@@ -257,7 +268,7 @@ def plot_context(result: Result, shape: ModelShape | None):
         ax.plot([L for L, _ in windows], [a[k][:, i].mean() for _, k in windows], "-", color="0.2", lw=1,
                 label="windows of the table (mean)")
         n, values = a["runs_n_ctx"], a["runs_shape"][:, i]
-        context = np.arange(len(n)) < len(n) - 1  # the last run changes the noise, not the context
+        context = a["runs_position_init_std"] == MAIN_RECIPE.position_init_std  # the others change the noise
         ax.plot(n[context], values[context], "o", color="C3", ms=4, label="trained at that context")
         ax.plot(n[~context], values[~context], "s", mfc="none", color="C0", ms=5, label="trained, σ 0.01")
         ax.set_xscale("log", base=2)
@@ -275,4 +286,4 @@ register("training_grid", "What decides the helix: shape across training runs", 
 
 register("window_shape", "The table's shape in windows of the trained runs' contexts", window_shape, needs=("W_pos",),
          params={"lengths": (128, 256, 512), "n_windows": 5, "untrained_rows": 1, "edge": EDGE, "runs": FIGURE_RUNS},
-         data=grid_inputs, figures={"context": plot_context})
+         data=figure_inputs, figures={"context": plot_context})
