@@ -6,8 +6,10 @@ contexts and with GPT-2's position noise, and the small runs) and of the main re
 snapshot and at the end, it measures the table's shape with `toolkit.table_shape` (top-3 and PC1 shares, λ2/λ1, turns around the helix's
 own axis, the period where the bulk holds a turn, the Toeplitz share), the top-3 share of the learned change
 P − P₀ at the end, the held-out loss, and the loss's and the top-3 share's half-way steps; beside them, the same
-numbers for Gaussian random walks and i.i.d. Gaussian tables of each run's shape (seeded draws); and how the main
-recipe's λ2/λ1 and turns scale with its context (`context_scaling`).
+numbers for Gaussian random walks and i.i.d. Gaussian tables of each run's shape (seeded draws); how the main
+recipe's λ2/λ1 and turns scale with its context (`context_scaling`), and the range of that fit over its arbitrary
+choices; and what fixed sinusoidal positions cost in held-out loss against the learned table (`fixed_positions_gap`).
+A run with fixed positions has a table that never moves: its shape and loss are reported, not its growth.
 
 `window_shape` cuts a model's own table into windows of the trained runs' context lengths (spread evenly over its
 trained rows) and measures each the same way, so that a trained table is compared with GPT-2 at the same number of
@@ -27,10 +29,12 @@ from analyses.engine.tensors import HISTORY_FILE, RECORD_FILE, read_training_rec
 from analyses.engine.training import model_dir
 from analyses.toolkit import plotting
 from analyses.toolkit.helix_period import EDGE
-from analyses.toolkit.table_shape import (FORMATS, LABELS, MEASURES, half_way_index, power_law_slope,
+from analyses.toolkit.table_shape import (FORMATS, LABELS, MEASURES, half_way_index, pair_ratio, power_law_slope,
                                           reference_shapes, table_shape)
 
 MAIN_RUNS = ("kjv-gpt2", "kjv-gpt2-seed1")
+FIXED_RUN = "kjv-gpt2-sinusoidal"
+"""The main recipe with fixed sinusoidal positions: what loss the recipe reaches without a learned table."""
 """The main recipe's two seeds (`engine.sources.MAIN_RECIPE`): the reference of the main-size grid runs."""
 CONTEXT_RUNS = ("kjv-gpt2-ctx128", "kjv-gpt2", "kjv-gpt2-seed1", "kjv-gpt2-ctx512")
 """The main recipe at three contexts, at equal tokens per step (two seeds at 256): how the shape scales with n."""
@@ -38,6 +42,7 @@ FIGURE_RUNS = (*CONTEXT_RUNS, "kjv-gpt2-sigma01")
 """The main-size runs, drawn beside a model's own windows."""
 RUNS = (*MAIN_RUNS, *GRID)
 RECORDED = Accuracy(basis="exact: read from the committed training record")
+EXACT_LOSS = Accuracy(basis="exact: differences of float32 losses read from the committed histories")
 GPT2_CONTEXT = 1024
 """GPT-2's context, where the context runs' fitted scaling is read off."""
 
@@ -63,6 +68,8 @@ def change(name: str) -> str:
     changed = {k: v for k, v in recipe.items() if reference[k] != v and k not in ("batch", "eval_windows")}
     if not changed:
         return "base"
+    if changed.get("positions") == "sinusoidal":
+        return f"fixed sinusoidal positions, RMS {recipe['position_init_std']:g}"
     return ", ".join(f"{'initial position noise' if k == 'position_init_std' else 'context' if k == 'n_ctx' else k} {v}"
                      for k, v in changed.items())
 
@@ -103,7 +110,7 @@ def run_shapes(W: np.ndarray, edge: int) -> np.ndarray:
 def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int) -> Result:
     """The shape of each run's position table at the end and over training, its loss, and the references."""
     numbers: dict[str, Number | Text] = {"n_draws": Number(n_draws, "d", "draws of each reference table")}
-    rows, arrays, shapes = [], {}, {}
+    rows, arrays, shapes, last_tables = [], {}, {}, {}
     for name in runs:
         key, h = run_key(name), _history(name)
         record = read_training_record(model_dir(name) / RECORD_FILE)
@@ -111,32 +118,32 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int) 
         trajectory = run_shapes(h["history.W_pos"], edge)
         steps, eval_steps, eval_loss = h["history.steps"], h["history.eval_steps"], h["history.eval_loss"]
         final = dict(zip(MEASURES, trajectory[-1]))
+        loss_half = int(eval_steps[half_way_index(eval_loss)])
+        numbers |= {f"{key}_{m}": period_or_undefined(final[m], FORMATS[m], f"{name}: {LABELS[m]} at the last step")
+                    for m in MEASURES}
+        numbers |= _recorded_numbers(name, key, recipe, record, eval_loss, loss_half)
+        if recipe.get("positions", "learned") != "learned":  # a fixed table: no growth to measure
+            rows.append((key, change(name), recipe["n_ctx"], recipe["steps"], *trajectory[-1][:4],
+                         final["period"] if np.isfinite(final["period"]) else "undefined", final["toeplitz"],
+                         float(eval_loss[-1]), loss_half, "—"))
+            arrays[f"{key}_eval_steps"], arrays[f"{key}_eval_loss"] = eval_steps, eval_loss
+            continue
         W = np.asarray(h["history.W_pos"], dtype=np.float64)
         learned = table_shape(W[-1] - W[0], edge)["top3"]
         ratio = MEASURES.index("pair_ratio")
         lowest = int(np.argmin(trajectory[:, ratio]))
-        loss_half, share_half = int(eval_steps[half_way_index(eval_loss)]), int(steps[half_way_index(trajectory[:, 0])])
+        share_half = int(steps[half_way_index(trajectory[:, 0])])
         shapes[key] = (recipe["n_ctx"], recipe["d_model"])
-        numbers |= {f"{key}_{m}": period_or_undefined(final[m], FORMATS[m], f"{name}: {LABELS[m]} at the last step")
-                    for m in MEASURES}
+        arrays[f"{key}_eval_steps"], arrays[f"{key}_eval_loss"] = eval_steps, eval_loss
+        last_tables[name] = W[-1]
         numbers |= {
-            f"{key}_n_ctx": Number(recipe["n_ctx"], "d", f"{name}: context (positions)"),
-            f"{key}_steps": Number(recipe["steps"], ",d", f"{name}: training steps"),
-            f"{key}_d_model": Number(recipe["d_model"], "d", f"{name}: width"),
-            f"{key}_n_layers": Number(recipe["n_layers"], "d", f"{name}: layers"),
-            f"{key}_warmup": Number(recipe["warmup"], "d", f"{name}: warm-up steps"),
-            f"{key}_position_init_std": Number(recipe["position_init_std"], "g", f"{name}: σ of the initial positions"),
             f"{key}_pair_ratio_min": Number(float(trajectory[lowest, ratio]), ".3f",
                                             f"{name}: smallest λ2/λ1 over the snapshots"),
             f"{key}_pair_ratio_min_step": Number(int(steps[lowest]), ",d", f"{name}: the snapshot where it is smallest"),
             f"{key}_pc1_at_pair_ratio_min": Number(float(trajectory[lowest, MEASURES.index("pc1")]), ".1%",
                                                    f"{name}: PC1's share at that snapshot"),
             f"{key}_learned_top3": Number(learned, ".1%", f"{name}: top-3 share of P − P₀ at the last step"),
-            f"{key}_loss": Number(float(eval_loss[-1]), ".2f", f"{name}: held-out loss at the last step (nats)"),
-            f"{key}_loss_half_step": Number(loss_half, "d", f"{name}: first step with half of the held-out loss's fall"),
             f"{key}_share_half_step": Number(share_half, "d", f"{name}: first snapshot with half of the top-3 share's rise"),
-            f"{key}_minutes": Number(record["run"]["seconds"] / 60, ".0f", f"{name}: wall time of the run (minutes)",
-                                     RECORDED),
         }
         rows.append((key, change(name), recipe["n_ctx"], recipe["steps"], *trajectory[-1][:4],
                      final["period"] if np.isfinite(final["period"]) else "undefined", final["toeplitz"],
@@ -146,9 +153,18 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int) 
     if main_size:
         numbers |= {"main_size_minutes_min": Number(min(main_size), ".0f", "shortest main-size run (minutes)", RECORDED),
                     "main_size_minutes_max": Number(max(main_size), ".0f", "longest main-size run (minutes)", RECORDED)}
+    if {FIXED_RUN, *MAIN_RUNS} <= set(runs):
+        numbers |= fixed_positions_gap(*(arrays[f"{run_key(name)}_eval_loss"] for name in (FIXED_RUN, *MAIN_RUNS)),
+                                       arrays[f"{run_key(FIXED_RUN)}_eval_steps"])
     if set(CONTEXT_RUNS) <= set(runs):
-        numbers |= context_scaling({name: arrays[f"{run_key(name)}_shape"][-1] for name in CONTEXT_RUNS},
-                                   {name: shapes[run_key(name)][0] for name in CONTEXT_RUNS})
+        contexts = {name: shapes[run_key(name)][0] for name in CONTEXT_RUNS}
+        numbers |= context_scaling({name: arrays[f"{run_key(name)}_shape"][-1] for name in CONTEXT_RUNS}, contexts)
+        slopes = context_slope_variants({name: last_tables[name] for name in CONTEXT_RUNS}, contexts)
+        numbers |= {"context_pair_ratio_slope_min": Number(float(slopes.min()), ".2f", "smallest b of λ2/λ1 ∝ context^b "
+                                                           "over the fit's variants"),
+                    "context_pair_ratio_slope_max": Number(float(slopes.max()), ".2f", "largest b of λ2/λ1 ∝ context^b "
+                                                           "over the fit's variants"),
+                    "context_slope_variants": Number(len(slopes), "d", "variants of the context fit")}
     references = {}
     for n, d in sorted(set(shapes.values())):
         draws = reference_shapes((n, d), n_draws, seed, edge)
@@ -171,6 +187,41 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int) 
     return Result(numbers, {"grid": Table(columns, tuple(rows), formats)}, arrays)
 
 
+def _recorded_numbers(name: str, key: str, recipe: dict, record: dict, eval_loss: np.ndarray,
+                      loss_half: int) -> dict[str, Number]:
+    """A run's recipe, held-out loss and wall time, as cited numbers."""
+    return {
+        f"{key}_n_ctx": Number(recipe["n_ctx"], "d", f"{name}: context (positions)"),
+        f"{key}_steps": Number(recipe["steps"], ",d", f"{name}: training steps"),
+        f"{key}_d_model": Number(recipe["d_model"], "d", f"{name}: width"),
+        f"{key}_n_layers": Number(recipe["n_layers"], "d", f"{name}: layers"),
+        f"{key}_warmup": Number(recipe["warmup"], "d", f"{name}: warm-up steps"),
+        f"{key}_position_init_std": Number(recipe["position_init_std"], "g",
+                                           f"{name}: σ of the initial positions (a fixed table: its entries' RMS)"),
+        f"{key}_loss": Number(float(eval_loss[-1]), ".2f", f"{name}: held-out loss at the last step (nats)"),
+        f"{key}_train_loss": Number(record["final"]["train_loss_last_100"], ".2f",
+                                    f"{name}: training loss, mean of the last 100 steps (nats)", RECORDED),
+        f"{key}_loss_half_step": Number(loss_half, "d", f"{name}: first step with half of the held-out loss's fall"),
+        f"{key}_minutes": Number(record["run"]["seconds"] / 60, ".0f", f"{name}: wall time of the run (minutes)",
+                                 RECORDED),
+    }
+
+
+def fixed_positions_gap(fixed: np.ndarray, main: np.ndarray, seed1: np.ndarray, steps: np.ndarray) -> dict[str, Number]:
+    """What learned positions are worth in held-out loss: fixed minus learned at the last step, paired (the same seed,
+    so the same initialisation elsewhere and the same training windows), beside the second seed's difference from
+    the first (the scale of chance); and the largest gap over training, with its step."""
+    gap = np.asarray(fixed, dtype=np.float64) - np.asarray(main, dtype=np.float64)
+    widest = int(np.argmax(gap))
+    return {"sinusoidal_loss_gap": Number(float(gap[-1]), ".3f", "held-out loss, fixed sinusoidal minus learned "
+                                                                  "positions, last step (nats)", EXACT_LOSS),
+            "seed_loss_gap": Number(float(abs(seed1[-1] - main[-1])), ".3f", "held-out loss, |seed 1 − seed 0| of "
+                                                                            "the main recipe, last step (nats)", EXACT_LOSS),
+            "sinusoidal_loss_gap_max": Number(float(gap[widest]), ".3f", "held-out loss, largest gap of fixed over "
+                                                                          "learned positions over training (nats)", EXACT_LOSS),
+            "sinusoidal_loss_gap_max_step": Number(int(steps[widest]), ",d", "the step of the largest gap", EXACT_LOSS)}
+
+
 def context_scaling(finals: dict[str, np.ndarray], contexts: dict[str, int]) -> dict[str, Number]:
     """How the main recipe's shape scales with its context: b of λ2/λ1 ∝ n^b and of turns ∝ n^b over the context
     runs (`power_law_slope`; each seed a point), and the λ2/λ1 the fit gives at GPT-2's context. A table of fixed
@@ -188,6 +239,31 @@ def context_scaling(finals: dict[str, np.ndarray], contexts: dict[str, int]) -> 
     return out
 
 
+def context_slope_variants(tables: dict[str, np.ndarray], contexts: dict[str, int]) -> np.ndarray:
+    """b of λ2/λ1 ∝ n^b over the context runs' last tables for each variant of the fit's arbitrary choices: every run
+    or one left out (a seed, or a context's only run), row 0 (an outlier in every trained table) kept or dropped."""
+    slopes = []
+    for first_row in (0, 1):
+        ratios = {name: pair_ratio(table[first_row:]) for name, table in tables.items()}
+        for left_out in (None, *tables):
+            kept = [name for name in tables if name != left_out]
+            slopes.append(power_law_slope(np.array([contexts[k] for k in kept]), np.array([ratios[k] for k in kept]))[0])
+    return np.array(slopes)
+
+
+def window_slope_variants(P: np.ndarray, lengths: list[int], window_counts: tuple[int, ...]) -> np.ndarray:
+    """b of the mean λ2/λ1 of P's windows ∝ length^b for each variant of the windows' arbitrary choices: the number
+    of windows of each length (`window_counts`, starts spread evenly) and whether row 0 may start one."""
+    slopes = []
+    for first_row in (0, 1):
+        rows = P[first_row:]
+        for count in window_counts:
+            means = [np.mean([pair_ratio(rows[s:s + L]) for s in np.unique(np.round(np.linspace(0, len(rows) - L, count)))
+                              .astype(int)]) for L in lengths]
+            slopes.append(power_law_slope(np.array(lengths), np.array(means))[0])
+    return np.array(slopes)
+
+
 def final_shapes(runs: tuple[str, ...], edge: int) -> tuple[np.ndarray, np.ndarray]:
     """(contexts [R], `table_shape` of each run's last table [R, len(MEASURES)])."""
     contexts = np.array([model_spec(name).recipe.n_ctx for name in runs])
@@ -195,10 +271,11 @@ def final_shapes(runs: tuple[str, ...], edge: int) -> tuple[np.ndarray, np.ndarr
 
 
 def window_shape(tensors, shape: ModelShape, *, lengths: tuple[int, ...], n_windows: int, untrained_rows: int,
-                 edge: int, runs: tuple[str, ...]) -> Result:
+                 edge: int, runs: tuple[str, ...], window_counts: tuple[int, ...]) -> Result:
     """`table_shape` of windows of each length in `lengths` cut from the model's trained rows (`n_windows` starts
     spread evenly; one window where the length is the whole), and of all trained rows; mean, smallest, largest; b of
-    the mean turns ∝ length^b and of the mean λ2/λ1 over the lengths (the fit of the context runs, `context_scaling`). Beside them,
+    the mean turns ∝ length^b and of the mean λ2/λ1 over the lengths (the fit of the context runs, `context_scaling`), and
+the range of the latter over `window_counts` windows per length, row 0 in or out. Beside them,
     for the figure, the last tables of the main-size `runs`, trained at those lengths."""
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
     n = len(P) - untrained_rows
@@ -223,6 +300,13 @@ def window_shape(tensors, shape: ModelShape, *, lengths: tuple[int, ...], n_wind
         means = [arrays[f"w{L}"][:, MEASURES.index(m)].mean() for L in measured]
         numbers[f"{m}_slope"] = Number(power_law_slope(np.array(measured), np.array(means))[0], ".2f",
                                        f"b of the mean {LABELS[m]} ∝ window length^b, windows of {measured[0]}–{measured[-1]}")
+    if len(measured) >= 2:
+        slopes = window_slope_variants(P[:n], measured, window_counts)
+        numbers |= {"pair_ratio_slope_min": Number(float(slopes.min()), ".2f", "smallest b of the mean λ2/λ1 ∝ window "
+                                                   "length^b over the windows' variants"),
+                    "pair_ratio_slope_max": Number(float(slopes.max()), ".2f", "largest b of the mean λ2/λ1 ∝ window "
+                                                   "length^b over the windows' variants"),
+                    "slope_variants": Number(len(slopes), "d", "variants of the windows' fit")}
     arrays["runs_n_ctx"], arrays["runs_shape"] = final_shapes(runs, edge)
     arrays["runs_position_init_std"] = np.array([model_spec(name).recipe.position_init_std for name in runs])
     columns = ("positions", "first row", *(LABELS[m] for m in MEASURES))
@@ -285,5 +369,6 @@ register("training_grid", "What decides the helix: shape across training runs", 
          data=grid_inputs, figures={"grid": plot_grid}, groups=(GRID_GROUP,))
 
 register("window_shape", "The table's shape in windows of the trained runs' contexts", window_shape, needs=("W_pos",),
-         params={"lengths": (128, 256, 512), "n_windows": 5, "untrained_rows": 1, "edge": EDGE, "runs": FIGURE_RUNS},
+         params={"lengths": (128, 256, 512), "n_windows": 5, "untrained_rows": 1, "edge": EDGE, "runs": FIGURE_RUNS,
+                 "window_counts": (3, 5, 9)},
          data=figure_inputs, figures={"context": plot_context})

@@ -65,6 +65,31 @@ def test_a_fresh_model_has_the_recipes_shape_and_position_noise():
     np.testing.assert_array_equal(wpe, again)  # the seed fixes the initialisation
 
 
+def test_fixed_sinusoidal_positions_are_the_sinusoidal_table_at_the_recipes_rms_and_never_move():
+    """The control's table: Vaswani et al.'s (sin in even, cos in odd columns) times σ√2, whose entries' RMS is σ
+    exactly (each sin²+cos² pair averages ½); training steps leave it bit for bit, as Adam neither updates nor decays
+    a parameter without a gradient, while learned positions move."""
+    from analyses.toolkit.sinusoids import sinusoidal_table
+
+    tiny = dict(vocab_size=64, n_ctx=16, d_model=32, n_layers=1, n_heads=2, batch=2, steps=4, warmup=1,
+                eval_windows=2, snapshots=3, first_snapshot=1)
+    fixed = Recipe(positions="sinusoidal", position_init_std=0.03, **tiny)
+    wpe = recipe_toolkit.build_model(fixed, eot=0).transformer.wpe.weight
+    assert not wpe.requires_grad
+    np.testing.assert_allclose(wpe.detach().numpy(), sinusoidal_table(16, 32) * 0.03 * np.sqrt(2), rtol=1e-6)
+    assert np.sqrt(np.mean(wpe.detach().numpy().astype(np.float64) ** 2)) == pytest.approx(0.03, rel=1e-6)
+    rng = np.random.default_rng(0)
+    stream, held_out = rng.integers(1, 64, 4000), rng.integers(1, 64, 400)
+    for recipe, moves in ((fixed, False), (dataclasses.replace(fixed, positions="learned"), True)):
+        tables = [s.W_pos for s in recipe_toolkit.train(recipe, stream, held_out, eot=0)["snapshots"]]
+        assert any(not np.array_equal(t, tables[0]) for t in tables[1:]) == moves
+
+
+def test_an_unknown_kind_of_positions_is_refused():
+    with pytest.raises(ValueError, match="positions must be one of learned, sinusoidal"):
+        Recipe(positions="rotary")
+
+
 # ----------------------------------------------------------------------------------- the committed models
 
 
@@ -83,7 +108,7 @@ def test_the_committed_model_matches_its_checksums_and_record(spec):
     assert sorted(sums) == files
     assert all(sha256_file(directory / f) == digest for f, digest in sums.items())
     record = json.loads((directory / RECORD_FILE).read_text())
-    assert record["fingerprint"]["recipe"] == spec.recipe.as_dict()
+    assert Recipe.from_dict(record["fingerprint"]["recipe"]) == spec.recipe  # a field added since: its default
     assert all(sums[f] == digest for f, digest in record["files"].items())
     assert training.state(spec.name, spec.recipe) == "fresh"
 
@@ -161,9 +186,26 @@ def test_a_changed_recipe_or_code_makes_the_model_stale(tmp_path, monkeypatch):
     monkeypatch.setattr(training, "MODELS_DIR", tmp_path)
     assert training.state(spec.name, spec.recipe) == "fresh"
     assert training.state(spec.name, dataclasses.replace(spec.recipe, steps=10)) == "stale: its recipe changed"
-    monkeypatch.setattr(training, "code_digest", lambda: "0" * 64)
+    monkeypatch.setattr(training, "code_digest", lambda recipe: "0" * 64)
     assert training.state(spec.name, spec.recipe) == "stale: its code changed"
     assert training.state("never-trained", spec.recipe) == "missing"
+
+
+def test_a_record_from_before_a_field_was_added_reads_as_its_default_and_code_equivalence_is_declared_once():
+    """The committed learned-position runs predate `Recipe.positions`: their records lack the field (read as its
+    default, "learned") and carry the training code's digest from before it, which `EQUIVALENT_CODE` declares
+    equivalent to today's for them; a run with fixed positions hashes the sinusoidal table's code too, and a recipe
+    that differs in the new field is stale."""
+    spec = MODELS["kjv-gpt2"]
+    recorded = read_training_record(training.model_dir(spec.name) / RECORD_FILE)["fingerprint"]
+    assert "positions" not in recorded["recipe"]
+    assert Recipe.from_dict(recorded["recipe"]) == spec.recipe
+    current = training.code_digest(spec.recipe)
+    assert recorded["code"] != current and training.EQUIVALENT_CODE == {current: recorded["code"]}
+    assert training.state(spec.name, spec.recipe) == "fresh"
+    fixed = dataclasses.replace(spec.recipe, positions="sinusoidal")
+    assert training.code_digest(fixed) != current
+    assert training.state(spec.name, fixed) == "stale: its recipe, code changed"
 
 
 def test_a_truncated_history_or_record_is_one_clear_error(tmp_path):

@@ -8,7 +8,8 @@ import pytest
 
 from analyses.engine.sources import GRID, MAIN_RECIPE, MODELS, ModelShape
 from analyses.toolkit.table_shape import MEASURES, bulk_turns, power_law_slope, reference_shapes, table_shape
-from analyses.training_grid import CONTEXT_RUNS, RUNS, change, context_scaling, run_key, window_shape
+from analyses.training_grid import (CONTEXT_RUNS, RUNS, change, context_scaling, context_slope_variants,
+                                    fixed_positions_gap, run_key, window_shape, window_slope_variants)
 
 
 def helix(n: int, turns: float, d: int = 16, rise: float = 0.0) -> np.ndarray:
@@ -63,12 +64,45 @@ def test_windows_of_a_helix_cut_the_turns_in_proportion():
     """A helix of period 128 over 1,025 rows (the last one untrained): windows of 512 hold 4 turns each."""
     shape = ModelShape("toy", "gpt2", 16, 1025, 1, 1, 10, 64, "pre")
     r = window_shape({"W_pos": helix(1025, 1025 / 128)}, shape, lengths=(256, 512), n_windows=3, untrained_rows=1,
-                     edge=100, runs=())
+                     edge=100, runs=(), window_counts=(3, 5))
     assert r.numbers["w512_turns"].value == pytest.approx(4.0, rel=0.02)
     assert r.numbers["turns_slope"].value == pytest.approx(1.0, abs=0.03)  # a fixed period: turns ∝ length
     assert r.numbers["w256_turns_min"].value == pytest.approx(2.0, rel=0.03)
     assert r.numbers["whole_turns"].value == pytest.approx(8.0, rel=0.02)
     assert len(r.tables["windows"].rows) == 3 + 3 + 1
+    assert r.numbers["slope_variants"].value == 2 * 2  # two window counts, row 0 in or out
+
+
+def _arc(n: int, period: float = 1000.0) -> np.ndarray:
+    return helix(n, n / period)
+
+
+def test_every_variant_of_the_fits_finds_the_same_scaling_in_a_clean_case():
+    """Arcs of one period: λ2/λ1 ∝ n^b with b near 2 whichever run is left out and whether row 0 is kept, for the
+    context runs (2 × 5 fits) and for windows of one long arc (2 × 3 fits)."""
+    contexts = dict(zip(CONTEXT_RUNS, (128, 256, 256, 512)))
+    slopes = context_slope_variants({name: _arc(n) for name, n in contexts.items()}, contexts)
+    assert len(slopes) == 10 and 1.9 < slopes.min() <= slopes.max() < 2.3 and np.ptp(slopes) < 0.15
+    windows = window_slope_variants(_arc(1024), [128, 256, 512], (3, 5, 9))
+    assert len(windows) == 6 and 1.9 < windows.min() <= windows.max() < 2.3 and np.ptp(windows) < 0.15
+
+
+def test_the_variants_of_the_context_fit_span_a_run_that_is_off_the_trend():
+    """One seed's table a full helix (λ2/λ1 ≈ 1) among arcs: the fit with it is pulled away from b ≈ 2, the fit that
+    leaves it out is not, so the range covers both."""
+    contexts = dict(zip(CONTEXT_RUNS, (128, 256, 256, 512)))
+    tables = {name: _arc(n) for name, n in contexts.items()} | {"kjv-gpt2-seed1": helix(256, 2.0)}
+    slopes = context_slope_variants(tables, contexts)
+    assert slopes.max() > 1.8 and slopes.min() < 1.0
+
+
+def test_the_fixed_positions_gap_is_paired_at_the_last_step_and_its_largest_over_training():
+    fixed, main, seed1 = np.array([8.0, 5.0, 4.2, 4.05]), np.array([8.0, 4.5, 4.0, 4.0]), np.array([8.0, 4.6, 4.1, 4.01])
+    numbers = fixed_positions_gap(fixed, main, seed1, np.array([0, 100, 200, 300]))
+    assert numbers["sinusoidal_loss_gap"].value == pytest.approx(0.05)
+    assert numbers["seed_loss_gap"].value == pytest.approx(0.01)
+    assert numbers["sinusoidal_loss_gap_max"].value == pytest.approx(0.5)
+    assert numbers["sinusoidal_loss_gap_max_step"].value == 100
 
 
 def test_every_grid_run_changes_one_thing_from_its_reference_and_keeps_the_tokens_per_step():
@@ -81,11 +115,13 @@ def test_every_grid_run_changes_one_thing_from_its_reference_and_keeps_the_token
         assert recipe.eval_windows * recipe.n_ctx == references[0].eval_windows * references[0].n_ctx
         assert MODELS[name].recipe == recipe and MODELS[name].groups == ("training grid",)
         changed = [{k for k, v in recipe.as_dict().items() if ref.as_dict()[k] != v} - {"batch", "eval_windows"}
+                   - ({"position_init_std"} if recipe.positions != ref.positions else set())  # a fixed table's RMS
                    for ref in references]
         assert min(map(len, changed)) == (0 if name in ("kjv-small", "kjv-small-long") else 1), name
     assert MODELS["kjv-gpt2"].recipe == MAIN_RECIPE
     assert [run_key(n) for n in RUNS][:5] == ["main", "main_seed1", "main_ctx128", "main_ctx512", "main_sigma01"]
     assert change("kjv-small") == "base" and change("kjv-gpt2-ctx512") == "context 512"
+    assert change("kjv-gpt2-sinusoidal") == "fixed sinusoidal positions, RMS 0.034"
     assert [MODELS[n].recipe.n_ctx for n in CONTEXT_RUNS] == [128, 256, 256, 512]
 
 
@@ -141,7 +177,7 @@ def test_the_grid_reads_each_runs_history_and_measures_its_last_table_and_half_w
                "history.eval_loss": np.array([8.0, 7.0, 5.9, 4.0], dtype=np.float32)},
               str(directory / "history.safetensors"))
     record = dict.fromkeys(RECORD_PARTS, {}) | {"fingerprint": {"recipe": GRID["kjv-small"].as_dict()},
-                                                 "run": {"seconds": 600.0}}
+                                                 "run": {"seconds": 600.0}, "final": {"train_loss_last_100": 4.5}}
     (directory / "training.json").write_text(json.dumps(record))
     monkeypatch.setattr(grid, "model_dir", lambda name: tmp_path / name)
     r = grid.training_grid(runs=("kjv-small",), n_draws=2, seed=0, edge=100)
@@ -154,3 +190,34 @@ def test_the_grid_reads_each_runs_history_and_measures_its_last_table_and_half_w
     assert r.numbers["base_pair_ratio_min"].value == pytest.approx(min(ratios))
     assert r.numbers["base_pair_ratio_min_step"].value == [0, 10, 300][int(np.argmin(ratios))]
     assert "walk256x64_pc1" in r.numbers and len(r.tables["grid"].rows) == 1 + 2
+
+
+def test_a_run_with_fixed_positions_reports_its_table_and_loss_but_no_growth(tmp_path, monkeypatch):
+    """A fixed table does not grow: the grid gives its shape and loss, and no learned change, smallest λ2/λ1 or
+    half-way step of a share that never moves (each would be 0/0 or the first snapshot)."""
+    import json
+
+    from safetensors.numpy import save_file
+
+    import analyses.training_grid as grid
+    from analyses.engine.tensors import RECORD_PARTS
+    from analyses.toolkit.sinusoids import sinusoidal_table
+
+    table = (0.034 * np.sqrt(2) * sinusoidal_table(256, 128)).astype(np.float32)
+    directory = tmp_path / "kjv-gpt2-sinusoidal"
+    directory.mkdir()
+    save_file({"history.steps": np.array([0, 10, 3000]), "history.W_pos": np.stack([table] * 3),
+               "history.eval_steps": np.array([0, 100, 3000]),
+               "history.eval_loss": np.array([7.7, 4.5, 3.7], dtype=np.float32)}, str(directory / "history.safetensors"))
+    record = dict.fromkeys(RECORD_PARTS, {}) | {"fingerprint": {"recipe": GRID["kjv-gpt2-sinusoidal"].as_dict()},
+                                                 "run": {"seconds": 60.0}, "final": {"train_loss_last_100": 2.9}}
+    (directory / "training.json").write_text(json.dumps(record))
+    monkeypatch.setattr(grid, "model_dir", lambda name: tmp_path / name)
+    r = grid.training_grid(runs=("kjv-gpt2-sinusoidal",), n_draws=2, seed=0, edge=100)
+    assert r.numbers["main_sinusoidal_loss"].value == pytest.approx(3.7)
+    assert r.numbers["main_sinusoidal_pair_ratio"].value == pytest.approx(table_shape(table)["pair_ratio"])
+    assert not any(k in r.numbers for k in ("main_sinusoidal_learned_top3", "main_sinusoidal_share_half_step",
+                                            "main_sinusoidal_pair_ratio_min"))
+    (row,) = r.tables["grid"].rows
+    assert row[1] == "fixed sinusoidal positions, RMS 0.034" and row[-1] == "—"
+    assert "main_sinusoidal_shape" not in r.arrays  # nothing for the growth figure to draw

@@ -64,6 +64,12 @@ def reference_shapes(shape: tuple[int, int], n_draws: int, seed: int, edge: int 
     return out
 
 
+def pair_ratio(P: np.ndarray) -> float:
+    """λ2/λ1 of the row-centred table P: 0 for a straight ramp, 1 for a helix's equal cosine and sine."""
+    ratios = explained_variance_ratio(np.asarray(P, dtype=np.float64))
+    return float(ratios[1] / ratios[0])
+
+
 def half_way_index(values: np.ndarray) -> int:
     """The first index at which `values` have covered at least half of their change from the first to the last
     value (a fall for a loss, a rise for a share)."""

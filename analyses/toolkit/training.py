@@ -23,13 +23,16 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 END_OF_TEXT = "<|endoftext|>"
+POSITIONS = ("learned", "sinusoidal")
 
 
 @dataclass(frozen=True)
 class Recipe:
     """Every hyper-parameter of a run. Weight decay is decoupled (AdamW) and applies to the matrices (2-D
     parameters, embeddings included), not to biases or LayerNorm gains; the learning rate rises linearly over
-    `warmup` steps and falls along a cosine to zero at `steps`."""
+    `warmup` steps and falls along a cosine to zero at `steps`. `positions` is "learned" (a trained table drawn from
+    N(0, position_init_std²)) or "sinusoidal" (Vaswani et al.'s table, its entries' RMS scaled to position_init_std,
+    never trained: the fixed-positions control)."""
 
     seed: int = 0
     vocab_size: int = 2048
@@ -46,6 +49,7 @@ class Recipe:
     clip: float = 1.0
     init_std: float = 0.02
     position_init_std: float = 0.005
+    positions: str = "learned"
     eval_every: int = 100
     eval_windows: int = 32
     snapshots: int = 20
@@ -53,8 +57,18 @@ class Recipe:
     threads: int = 2
     held_out: tuple[str, ...] = ("Ruth", "Jonah", "Philippians", "James")
 
+    def __post_init__(self) -> None:
+        if self.positions not in POSITIONS:
+            raise ValueError(f"positions must be one of {', '.join(POSITIONS)}, got {self.positions!r}")
+
     def as_dict(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, recorded: dict) -> Recipe:
+        """The recipe a record states (lists back to tuples); a field added since takes its default, which is the
+        behaviour the record's run had."""
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in recorded.items()})
 
     @property
     def tokens_per_step(self) -> int:
@@ -115,8 +129,9 @@ def eval_windows(stream: np.ndarray, recipe: Recipe) -> np.ndarray:
 def build_model(recipe: Recipe, eot: int):
     """A freshly initialised GPT2LMHeadModel: N(0, init_std²) weights (the residual projections scaled by
     1/√(2 n_layers), as GPT-2 does), zero biases, unit LayerNorm gains, and positions N(0, position_init_std²)
-    (GPT-2's own code used 0.01 for its position table; an exploratory pilot found that noise of that size hides
-the forming structure for hundreds of steps, hence 0.005). No dropout."""
+    (GPT-2's own code used 0.01; the grid's σ runs compare it with this recipe's 0.005); with fixed sinusoidal
+    positions, the sinusoidal table at that RMS, excluded from training (no gradient, so no update and no decay).
+    No dropout."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -128,6 +143,13 @@ the forming structure for hundreds of steps, hence 0.005). No dropout."""
     model = GPT2LMHeadModel(config)
     with torch.no_grad():
         model.transformer.wpe.weight.normal_(0.0, recipe.position_init_std)
+    if recipe.positions == "sinusoidal":
+        from analyses.toolkit.sinusoids import sinusoidal_table
+
+        table = sinusoidal_table(recipe.n_ctx, recipe.d_model) * (recipe.position_init_std * math.sqrt(2))
+        with torch.no_grad():
+            model.transformer.wpe.weight.copy_(torch.from_numpy(table))
+        model.transformer.wpe.weight.requires_grad_(False)
     return model
 
 
