@@ -33,9 +33,9 @@ from analyses.toolkit.table_shape import (FORMATS, LABELS, MEASURES, half_way_in
                                           reference_shapes, table_shape)
 
 MAIN_RUNS = ("kjv-gpt2", "kjv-gpt2-seed1")
+"""The main recipe's two seeds (`engine.sources.MAIN_RECIPE`): the reference of the main-size grid runs."""
 FIXED_RUN = "kjv-gpt2-sinusoidal"
 """The main recipe with fixed sinusoidal positions: what loss the recipe reaches without a learned table."""
-"""The main recipe's two seeds (`engine.sources.MAIN_RECIPE`): the reference of the main-size grid runs."""
 CONTEXT_RUNS = ("kjv-gpt2-ctx128", "kjv-gpt2", "kjv-gpt2-seed1", "kjv-gpt2-ctx512")
 """The main recipe at three contexts, at equal tokens per step (two seeds at 256): how the shape scales with n."""
 FIGURE_RUNS = (*CONTEXT_RUNS, "kjv-gpt2-sigma01")
@@ -122,6 +122,11 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int) 
         numbers |= {f"{key}_{m}": period_or_undefined(final[m], FORMATS[m], f"{name}: {LABELS[m]} at the last step")
                     for m in MEASURES}
         numbers |= _recorded_numbers(name, key, recipe, record, eval_loss, loss_half)
+        last = np.asarray(h["history.W_pos"][-1], dtype=np.float64)
+        numbers |= {f"{key}_rms": Number(float(np.sqrt(np.mean(last ** 2))), ".3f", f"{name}: RMS of the last table's "
+                                                                                    "entries"),
+                    f"{key}_centred_rms": Number(float(np.sqrt(np.mean((last - last.mean(axis=0)) ** 2))), ".3f",
+                                                 f"{name}: RMS of its entries less their mean over positions")}
         if recipe.get("positions", "learned") != "learned":  # a fixed table: no growth to measure
             rows.append((key, change(name), recipe["n_ctx"], recipe["steps"], *trajectory[-1][:4],
                          final["period"] if np.isfinite(final["period"]) else "undefined", final["toeplitz"],
@@ -159,8 +164,11 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int) 
     if set(CONTEXT_RUNS) <= set(runs):
         contexts = {name: shapes[run_key(name)][0] for name in CONTEXT_RUNS}
         numbers |= context_scaling({name: arrays[f"{run_key(name)}_shape"][-1] for name in CONTEXT_RUNS}, contexts)
-        slopes = context_slope_variants({name: last_tables[name] for name in CONTEXT_RUNS}, contexts)
-        numbers |= {"context_pair_ratio_slope_min": Number(float(slopes.min()), ".2f", "smallest b of λ2/λ1 ∝ context^b "
+        slopes, at_gpt2 = context_slope_variants({name: last_tables[name] for name in CONTEXT_RUNS}, contexts)
+        numbers |= {"context_pair_ratio_at_gpt2_min": Number(float(at_gpt2.min()), ".3f", "smallest λ2/λ1 at GPT-2's "
+                                                             "context over the fit's variants"),
+                    "context_pair_ratio_at_gpt2_max": Number(float(at_gpt2.max()), ".3f", "largest λ2/λ1 at GPT-2's "
+                                                             "context over the fit's variants"),"context_pair_ratio_slope_min": Number(float(slopes.min()), ".2f", "smallest b of λ2/λ1 ∝ context^b "
                                                            "over the fit's variants"),
                     "context_pair_ratio_slope_max": Number(float(slopes.max()), ".2f", "largest b of λ2/λ1 ∝ context^b "
                                                            "over the fit's variants"),
@@ -208,18 +216,42 @@ def _recorded_numbers(name: str, key: str, recipe: dict, record: dict, eval_loss
 
 
 def fixed_positions_gap(fixed: np.ndarray, main: np.ndarray, seed1: np.ndarray, steps: np.ndarray) -> dict[str, Number]:
-    """What learned positions are worth in held-out loss: fixed minus learned at the last step, paired (the same seed,
-    so the same initialisation elsewhere and the same training windows), beside the second seed's difference from
-    the first (the scale of chance); and the largest gap over training, with its step."""
-    gap = np.asarray(fixed, dtype=np.float64) - np.asarray(main, dtype=np.float64)
+    """Held-out loss of the fixed-positions run minus the learned runs': at the last step against each seed (seed 0 is
+    paired: the same initialisation elsewhere and the same training windows); the widest gap and where it narrows
+    most after it; and over the second half of training, the mean gap to the seeds' mean, how many evaluations find
+    the fixed run behind both seeds, and the seeds' own difference there (mean and largest |seed 1 − seed 0|),
+    the scale of chance that two seeds give. The three runs are evaluated at the same steps."""
+    fixed, main, seed1 = (np.asarray(v, dtype=np.float64) for v in (fixed, main, seed1))
+    if not fixed.shape == main.shape == seed1.shape == np.shape(steps):
+        raise ValueError("the fixed and the learned runs were not evaluated at the same steps")
+    gap = fixed - main
     widest = int(np.argmax(gap))
-    return {"sinusoidal_loss_gap": Number(float(gap[-1]), ".3f", "held-out loss, fixed sinusoidal minus learned "
-                                                                  "positions, last step (nats)", EXACT_LOSS),
-            "seed_loss_gap": Number(float(abs(seed1[-1] - main[-1])), ".3f", "held-out loss, |seed 1 − seed 0| of "
-                                                                            "the main recipe, last step (nats)", EXACT_LOSS),
-            "sinusoidal_loss_gap_max": Number(float(gap[widest]), ".3f", "held-out loss, largest gap of fixed over "
-                                                                          "learned positions over training (nats)", EXACT_LOSS),
-            "sinusoidal_loss_gap_max_step": Number(int(steps[widest]), ",d", "the step of the largest gap", EXACT_LOSS)}
+    narrowest = widest + int(np.argmin(gap[widest:]))
+    late = np.asarray(steps) >= steps[-1] / 2
+    seeds = np.abs(seed1 - main)[late]
+
+    def number(value: float | int, fmt: str, text: str) -> Number:
+        return Number(value, fmt, f"held-out loss, {text}", EXACT_LOSS)
+
+    return {"sinusoidal_loss_gap": number(float(gap[-1]), ".3f", "fixed sinusoidal minus learned positions (seed 0), "
+                                                                 "last step (nats)"),
+            "sinusoidal_loss_gap_seed1": number(float(fixed[-1] - seed1[-1]), ".3f", "fixed sinusoidal minus learned "
+                                                                                      "positions (seed 1), last step (nats)"),
+            "seed_loss_gap": number(float(abs(seed1[-1] - main[-1])), ".3f", "|seed 1 − seed 0| of the main recipe, "
+                                                                             "last step (nats)"),
+            "sinusoidal_loss_gap_max": number(float(gap[widest]), ".3f", "largest gap of fixed over learned (seed 0) "
+                                                                         "over training (nats)"),
+            "sinusoidal_loss_gap_max_step": number(int(steps[widest]), ",d", "the step of the largest gap"),
+            "sinusoidal_loss_gap_narrowest": number(float(gap[narrowest]), ".3f", "smallest gap after the largest (nats)"),
+            "sinusoidal_loss_gap_narrowest_step": number(int(steps[narrowest]), ",d", "the step of that smallest gap"),
+            "late_from_step": number(int(steps[late][0]), ",d", "first evaluation of the second half of training"),
+            "late_evaluations": number(int(late.sum()), "d", "evaluations in the second half of training"),
+            "sinusoidal_late_gap": number(float(np.mean(fixed[late] - (main[late] + seed1[late]) / 2)), ".3f",
+                                          "fixed minus the learned seeds' mean, averaged over the second half (nats)"),
+            "sinusoidal_late_behind": number(int(np.sum((fixed > np.maximum(main, seed1))[late])), "d",
+                                             "evaluations of the second half with the fixed run above both seeds"),
+            "seed_late_gap": number(float(seeds.mean()), ".3f", "|seed 1 − seed 0| averaged over the second half (nats)"),
+            "seed_late_gap_max": number(float(seeds.max()), ".3f", "largest |seed 1 − seed 0| in the second half (nats)")}
 
 
 def context_scaling(finals: dict[str, np.ndarray], contexts: dict[str, int]) -> dict[str, Number]:
@@ -239,16 +271,18 @@ def context_scaling(finals: dict[str, np.ndarray], contexts: dict[str, int]) -> 
     return out
 
 
-def context_slope_variants(tables: dict[str, np.ndarray], contexts: dict[str, int]) -> np.ndarray:
-    """b of λ2/λ1 ∝ n^b over the context runs' last tables for each variant of the fit's arbitrary choices: every run
-    or one left out (a seed, or a context's only run), row 0 (an outlier in every trained table) kept or dropped."""
-    slopes = []
+def context_slope_variants(tables: dict[str, np.ndarray], contexts: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """(b, the fit's λ2/λ1 at GPT-2's context) of λ2/λ1 ∝ n^b over the context runs' last tables, for each variant of
+    the fit's arbitrary choices: no run or one left out (a seed, or a context's only run), and row 0 (an outlier in
+    every trained table) kept or dropped."""
+    fits = []
     for first_row in (0, 1):
         ratios = {name: pair_ratio(table[first_row:]) for name, table in tables.items()}
         for left_out in (None, *tables):
             kept = [name for name in tables if name != left_out]
-            slopes.append(power_law_slope(np.array([contexts[k] for k in kept]), np.array([ratios[k] for k in kept]))[0])
-    return np.array(slopes)
+            fits.append(power_law_slope(np.array([contexts[k] for k in kept]), np.array([ratios[k] for k in kept])))
+    slopes, intercepts = np.array(fits).T
+    return slopes, np.exp(intercepts + slopes * np.log(GPT2_CONTEXT))
 
 
 def window_slope_variants(P: np.ndarray, lengths: list[int], window_counts: tuple[int, ...]) -> np.ndarray:
@@ -275,8 +309,7 @@ def window_shape(tensors, shape: ModelShape, *, lengths: tuple[int, ...], n_wind
     """`table_shape` of windows of each length in `lengths` cut from the model's trained rows (`n_windows` starts
     spread evenly; one window where the length is the whole), and of all trained rows; mean, smallest, largest; b of
     the mean turns ∝ length^b and of the mean λ2/λ1 over the lengths (the fit of the context runs, `context_scaling`), and
-the range of the latter over `window_counts` windows per length, row 0 in or out. Beside them,
-    for the figure, the last tables of the main-size `runs`, trained at those lengths."""
+    the range of the latter over `window_counts` windows per length, row 0 in or out. Beside them, for the figure, the last tables of the main-size `runs`, trained at those lengths."""
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
     n = len(P) - untrained_rows
     numbers: dict[str, Number | Text] = {"n_trained": Number(n, "d", "trained rows measured"),

@@ -208,6 +208,19 @@ def test_a_record_from_before_a_field_was_added_reads_as_its_default_and_code_eq
     assert training.state(spec.name, fixed) == "stale: its recipe, code changed"
 
 
+@pytest.mark.parametrize("part", ["recipe", "code", "corpus"])
+def test_a_record_missing_a_part_of_its_fingerprint_is_stale(tmp_path, monkeypatch, part):
+    """A record that lost its code digest (or recipe, or corpus) is stale, never taken as matching: a missing digest
+    is not the current one, nor one declared equivalent to it."""
+    spec = MODELS["kjv-gpt2-sinusoidal"]  # no declared equivalent for its digest
+    directory = _copy(spec, tmp_path)
+    record = json.loads((directory / RECORD_FILE).read_text())
+    del record["fingerprint"][part]
+    (directory / RECORD_FILE).write_text(json.dumps(record))
+    monkeypatch.setattr(training, "MODELS_DIR", tmp_path)
+    assert training.state(spec.name, spec.recipe) == f"stale: its {part} changed"
+
+
 def test_a_truncated_history_or_record_is_one_clear_error(tmp_path):
     spec = MODELS["kjv-gpt2"]
     directory = _copy(spec, tmp_path)

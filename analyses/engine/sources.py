@@ -212,7 +212,9 @@ MAIN_RECIPE = Recipe(seed=0)
 
 SINUSOIDAL_RMS = 0.034
 """The fixed sinusoidal control's entry RMS: that of the main run's learned table at its last step (0.0338), so that
-the control differs from it in being fixed and sinusoidal, not in its size against the token embeddings."""
+the two tables add as much to the residual stream. Matched in total, not in parts: the sinusoidal table's mean row is
+larger (its slow columns are nearly constant over the context) and the part that varies with position smaller.
+Having no gradient, the fixed table also drops out of the norm that gradient clipping bounds."""
 
 GRID = {
     "kjv-gpt2-ctx128": _context(MAIN_RECIPE, 128),

@@ -78,12 +78,14 @@ def _same(key: str, recorded, current) -> bool:
     """Whether a recorded part of the fingerprint still holds: a recipe by value (a field added since takes its
     default), the code by digest or by a declared equivalence, the rest as written."""
     if key == "recipe":
+        if not isinstance(recorded, dict):
+            return False
         try:
             return Recipe.from_dict(recorded) == Recipe.from_dict(current)
         except (TypeError, ValueError):
             return False
     if key == "code":
-        return recorded in (current, EQUIVALENT_CODE.get(current))
+        return recorded is not None and recorded in (current, EQUIVALENT_CODE.get(current))
     return recorded == current
 
 
