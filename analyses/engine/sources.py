@@ -26,7 +26,7 @@ from analyses.engine.checkpoint import SafetensorsFile, WeightsError, sha256_fil
 from analyses.engine.shapes import ModelShape, shape_from_config
 from analyses.engine.tensors import TOKENIZER, TOKENIZER_FILES, Tensors
 from analyses.engine.training import model_dir
-from analyses.toolkit.training import Recipe
+from analyses.toolkit.training import POSITIONS, Recipe
 
 WEIGHTS_ENV = "GPT2_WEIGHTS"
 """Environment variable naming a local directory with GPT-2 small's weights (used for `--model gpt2`)."""
@@ -210,6 +210,8 @@ GRID_LONG = replace(GRID_BASE, steps=2 * GRID_BASE.steps)
 MAIN_RECIPE = Recipe(seed=0)
 """The main recipe (`kjv-gpt2`): the reference of the main-size grid runs."""
 
+FIXED_POSITIONS = POSITIONS[1]
+"""The recipe's other kind of position table (`toolkit.training.POSITIONS`): the fixed sinusoidal one."""
 SINUSOIDAL_RMS = 0.034
 """The fixed sinusoidal control's entry RMS: that of the main run's learned table at its last step (0.0338), so that
 the two tables add as much to the residual stream. Matched in total, not in parts: the sinusoidal table's mean row is
@@ -220,7 +222,7 @@ GRID = {
     "kjv-gpt2-ctx128": _context(MAIN_RECIPE, 128),
     "kjv-gpt2-ctx512": _context(MAIN_RECIPE, 512),
     "kjv-gpt2-sigma01": replace(MAIN_RECIPE, position_init_std=0.01),
-    "kjv-gpt2-sinusoidal": replace(MAIN_RECIPE, positions="sinusoidal", position_init_std=SINUSOIDAL_RMS),
+    "kjv-gpt2-sinusoidal": replace(MAIN_RECIPE, positions=FIXED_POSITIONS, position_init_std=SINUSOIDAL_RMS),
     "kjv-small": GRID_BASE,
     "kjv-small-sigma01": replace(GRID_BASE, position_init_std=0.01),
     "kjv-small-warmup100": replace(GRID_BASE, warmup=100),

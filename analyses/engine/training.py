@@ -47,7 +47,7 @@ def code_digest(recipe: Recipe) -> str:
     run with fixed sinusoidal positions, the sinusoidal table's code as well."""
     digest = hashlib.sha256(inspect.getsource(training).encode())
     extra = (sinusoids.frequencies, sinusoids.encode, sinusoids.sinusoidal_table) \
-        if recipe.positions == "sinusoidal" else ()
+        if recipe.positions != Recipe.positions else ()  # not the default, learned, table
     for function in (corpus.checked, corpus.read_books, corpus_split, _history_tensors, *extra):
         digest.update(b"\0" + inspect.getsource(function).encode())
     return digest.hexdigest()
