@@ -428,3 +428,20 @@ def test_the_chapter_summary_cites_one_estimator_within_the_trained_length():
     assert "position_share." not in summary and "minilm.corpus_states.pos_last" in summary
     share_section = text[text.index("{#sec-forward-share}"):]
     assert "{{< var minilm.corpus_states.trained >}}" in share_section[:3000]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gpt2s_gelu_is_torchs_tanh_gelu_in_the_inputs_precision_and_leaves_its_input_alone(dtype):
+    """`gelu_tanh` against torch's GELU(approximate="tanh") in float64 (transformers' gelu_new): within a few ulps
+    in the input's precision over a range that covers the MLP's pre-activations, in that dtype, the input unchanged."""
+    import torch
+
+    from analyses.toolkit.forward import gelu_tanh
+
+    x = np.linspace(-12, 12, 100_001).astype(dtype)
+    kept = x.copy()
+    y = gelu_tanh(x)
+    expected = torch.nn.functional.gelu(torch.from_numpy(x.astype(np.float64)), approximate="tanh").numpy()
+    assert y.dtype == dtype and np.array_equal(x, kept)
+    # 1 + tanh(…) cancels for negative x, so the error is a few ulps of x, not of the (tiny) result there
+    assert np.all(np.abs(y - expected) <= 4 * np.finfo(dtype).eps * (np.abs(expected) + np.abs(x)))

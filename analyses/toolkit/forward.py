@@ -73,8 +73,18 @@ def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.nd
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
-    """GPT-2's GELU: ½x(1 + tanh(√(2/π)(x + 0.044715x³)))."""
-    return 0.5 * x * (1.0 + np.tanh(float(np.sqrt(2.0 / np.pi)) * (x + 0.044715 * x**3)))
+    """GPT-2's GELU: ½x(1 + tanh(√(2/π)(x + 0.044715x³))), computed in place of temporaries, and x³ as x·x·x
+    (numpy's float32 power runs a per-element pow about 40 times slower; the two differ by an ulp)."""
+    y = x * x
+    y *= x
+    y *= 0.044715
+    y += x
+    y *= float(np.sqrt(2.0 / np.pi))  # a Python float keeps float32 input in float32
+    np.tanh(y, out=y)
+    y += 1.0
+    y *= x
+    y *= 0.5
+    return y
 
 
 def gelu_erf(x: np.ndarray) -> np.ndarray:
