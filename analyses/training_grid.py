@@ -31,6 +31,7 @@ from analyses.toolkit import plotting
 from analyses.toolkit.helix_period import EDGE
 from analyses.toolkit.table_shape import (FORMATS, LABELS, MEASURES, half_way_index, pair_ratio, power_law_slope,
                                           reference_shapes, table_shape)
+from analyses.toolkit.training import Recipe
 
 MAIN_RUNS = ("kjv-gpt2", "kjv-gpt2-seed1")
 """The main recipe's two seeds (`engine.sources.MAIN_RECIPE`): the reference of the main-size grid runs."""
@@ -122,38 +123,22 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int) 
         numbers |= {f"{key}_{m}": period_or_undefined(final[m], FORMATS[m], f"{name}: {LABELS[m]} at the last step")
                     for m in MEASURES}
         numbers |= _recorded_numbers(name, key, recipe, record, eval_loss, loss_half)
-        last = np.asarray(h["history.W_pos"][-1], dtype=np.float64)
-        numbers |= {f"{key}_rms": Number(float(np.sqrt(np.mean(last ** 2))), ".3f", f"{name}: RMS of the last table's "
-                                                                                    "entries"),
-                    f"{key}_centred_rms": Number(float(np.sqrt(np.mean((last - last.mean(axis=0)) ** 2))), ".3f",
-                                                 f"{name}: RMS of its entries less their mean over positions")}
-        if recipe.get("positions", "learned") != "learned":  # a fixed table: no growth to measure
-            rows.append((key, change(name), recipe["n_ctx"], recipe["steps"], *trajectory[-1][:4],
-                         final["period"] if np.isfinite(final["period"]) else "undefined", final["toeplitz"],
-                         float(eval_loss[-1]), loss_half, "—"))
-            arrays[f"{key}_eval_steps"], arrays[f"{key}_eval_loss"] = eval_steps, eval_loss
-            continue
         W = np.asarray(h["history.W_pos"], dtype=np.float64)
-        learned = table_shape(W[-1] - W[0], edge)["top3"]
-        ratio = MEASURES.index("pair_ratio")
-        lowest = int(np.argmin(trajectory[:, ratio]))
-        share_half = int(steps[half_way_index(trajectory[:, 0])])
-        shapes[key] = (recipe["n_ctx"], recipe["d_model"])
+        numbers |= {f"{key}_rms": Number(float(np.sqrt(np.mean(W[-1] ** 2))), ".3f", f"{name}: RMS of the last table's "
+                                                                                     "entries"),
+                    f"{key}_centred_rms": Number(float(np.sqrt(np.mean((W[-1] - W[-1].mean(axis=0)) ** 2))), ".3f",
+                                                 f"{name}: RMS of its entries less their mean over positions")}
         arrays[f"{key}_eval_steps"], arrays[f"{key}_eval_loss"] = eval_steps, eval_loss
-        last_tables[name] = W[-1]
-        numbers |= {
-            f"{key}_pair_ratio_min": Number(float(trajectory[lowest, ratio]), ".3f",
-                                            f"{name}: smallest λ2/λ1 over the snapshots"),
-            f"{key}_pair_ratio_min_step": Number(int(steps[lowest]), ",d", f"{name}: the snapshot where it is smallest"),
-            f"{key}_pc1_at_pair_ratio_min": Number(float(trajectory[lowest, MEASURES.index("pc1")]), ".1%",
-                                                   f"{name}: PC1's share at that snapshot"),
-            f"{key}_learned_top3": Number(learned, ".1%", f"{name}: top-3 share of P − P₀ at the last step"),
-            f"{key}_share_half_step": Number(share_half, "d", f"{name}: first snapshot with half of the top-3 share's rise"),
-        }
+        share_half: int | str = "—"  # a fixed table does not grow
+        if recipe.get("positions", Recipe.positions) == Recipe.positions:
+            growth = _growth_numbers(name, key, W, trajectory, steps, edge)
+            numbers |= growth
+            share_half = growth[f"{key}_share_half_step"].value
+            shapes[key], last_tables[name] = (recipe["n_ctx"], recipe["d_model"]), W[-1]
+            arrays |= {f"{key}_steps": steps, f"{key}_shape": trajectory}
         rows.append((key, change(name), recipe["n_ctx"], recipe["steps"], *trajectory[-1][:4],
                      final["period"] if np.isfinite(final["period"]) else "undefined", final["toeplitz"],
                      float(eval_loss[-1]), loss_half, share_half))
-        arrays |= {f"{key}_steps": steps, f"{key}_shape": trajectory}
     main_size = [numbers[f"{run_key(name)}_minutes"].value for name in runs if name.startswith("kjv-gpt2")]
     if main_size:
         numbers |= {"main_size_minutes_min": Number(min(main_size), ".0f", "shortest main-size run (minutes)", RECORDED),
@@ -193,6 +178,25 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int) 
                LABELS["toeplitz"], "held-out loss", "loss half-way step", "top-3 half-way step")
     formats = {LABELS[m]: FORMATS[m] for m in MEASURES} | {"held-out loss": ".2f", "steps": ",d"}
     return Result(numbers, {"grid": Table(columns, tuple(rows), formats)}, arrays)
+
+
+def _growth_numbers(name: str, key: str, W: np.ndarray, trajectory: np.ndarray, steps: np.ndarray,
+                    edge: int) -> dict[str, Number]:
+    """How a learned table grew: where λ2/λ1 is smallest over the snapshots (and PC1's share there), the top-3 share
+    of what was learned, P − P₀, and the first snapshot with half of the top-3 share's rise."""
+    ratio = MEASURES.index("pair_ratio")
+    lowest = int(np.argmin(trajectory[:, ratio]))
+    return {
+        f"{key}_pair_ratio_min": Number(float(trajectory[lowest, ratio]), ".3f",
+                                        f"{name}: smallest λ2/λ1 over the snapshots"),
+        f"{key}_pair_ratio_min_step": Number(int(steps[lowest]), ",d", f"{name}: the snapshot where it is smallest"),
+        f"{key}_pc1_at_pair_ratio_min": Number(float(trajectory[lowest, MEASURES.index("pc1")]), ".1%",
+                                               f"{name}: PC1's share at that snapshot"),
+        f"{key}_learned_top3": Number(table_shape(W[-1] - W[0], edge)["top3"], ".1%",
+                                      f"{name}: top-3 share of P − P₀ at the last step"),
+        f"{key}_share_half_step": Number(int(steps[half_way_index(trajectory[:, 0])]), "d",
+                                         f"{name}: first snapshot with half of the top-3 share's rise"),
+    }
 
 
 def _recorded_numbers(name: str, key: str, recipe: dict, record: dict, eval_loss: np.ndarray,
@@ -329,11 +333,12 @@ def window_shape(tensors, shape: ModelShape, *, lengths: tuple[int, ...], n_wind
                         f"{key}_{m}_min": Number(float(column.min()), FORMATS[m], f"{LABELS[m]}, smallest window of {length}"),
                         f"{key}_{m}_max": Number(float(column.max()), FORMATS[m], f"{LABELS[m]}, largest window of {length}")}
         rows += [(length, int(s), *v[:4], v[4] if np.isfinite(v[4]) else "undefined", v[5]) for s, v in zip(starts, values)]
-    for m in ("turns", "pair_ratio") if len(measured) >= 2 else ():
-        means = [arrays[f"w{L}"][:, MEASURES.index(m)].mean() for L in measured]
-        numbers[f"{m}_slope"] = Number(power_law_slope(np.array(measured), np.array(means))[0], ".2f",
-                                       f"b of the mean {LABELS[m]} ∝ window length^b, windows of {measured[0]}–{measured[-1]}")
     if len(measured) >= 2:
+        for m in ("turns", "pair_ratio"):
+            means = [arrays[f"w{L}"][:, MEASURES.index(m)].mean() for L in measured]
+            numbers[f"{m}_slope"] = Number(power_law_slope(np.array(measured), np.array(means))[0], ".2f",
+                                           f"b of the mean {LABELS[m]} ∝ window length^b, windows of "
+                                           f"{measured[0]}–{measured[-1]}")
         slopes = window_slope_variants(P[:n], measured, window_counts)
         numbers |= {"pair_ratio_slope_min": Number(float(slopes.min()), ".2f", "smallest b of the mean λ2/λ1 ∝ window "
                                                    "length^b over the windows' variants"),
