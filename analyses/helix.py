@@ -9,8 +9,12 @@ Measured here:
   positions and on the bulk (positions edge … n_ctx − edge − 1);
 * the winding around the helix's own axis (`toolkit.helix_period`): θ(n) the unwrapped angle of (z_1, z_2)
   around the mean of (z_1, z_2) over one turn centred on n, not around the PCA origin, over the trained rows (the
-  last `untrained_rows` left out); turns = Δθ / 2π, radius r(n) the distance from that axis; each winding number
-  with its range over the axis's definition (window, centre by mean or fitted circle, the axis moved);
+  last `untrained_rows` left out); radius r(n) the distance from that axis; each winding number with its range over
+  the axis's definition (window, centre by mean or fitted circle, the axis moved);
+* the whole table's turn count, Δθ / 2π from the first row on the helix to the last (`helix_winding` on every row,
+  as every other chapter counts a table's turns: a row is on the helix when most of its offset from the axis lies
+  in the (z_1, z_2) plane), and the turns of each stretch: off the helix at the start, on it before, in and after
+  the bulk, off it at the end;
 * THE helix period, the one definition every chapter cites: T = 2π / mean(θ(n+1) − θ(n)) over the
   bulk, i.e. tokens per turn. T is a deterministic function of the weights and of the positions it is
   averaged over, and the turning rate drifts along the context, so its uncertainty is that choice, not
@@ -128,13 +132,53 @@ def helix(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components:
         accuracy=dict.fromkeys(("period (tokens)", "cycles in context", "period, bulk"), FITTED))
 
     turning, sensitivity, turns, radius = _turning(P, Z, edge, untrained_rows, period_edges, period_windows)
+    counted, stretches = _count(P, edge, untrained_rows)
     outliers, outlier_table, score = _outliers(P, window, n_outliers, other_windows)
-    numbers |= turning | outliers
+    numbers |= turning | counted | outliers
     arrays = {"Z": Z, "ratios": ratios[:n_components], "turns": turns, "radius": radius, "score": score,
               "fits": np.array([[f.period, f.amplitude, f.phase, f.offset] for f in fits]),
               "bulk_fits": np.array([[f.period, f.amplitude, f.phase, f.offset] for f in bulk_fits])}
-    return Result(numbers, {"frequencies": freq_table, "outliers": outlier_table, "period": sensitivity}, arrays,
-                  {"fits": FITTED, "bulk_fits": FITTED})
+    return Result(numbers, {"frequencies": freq_table, "outliers": outlier_table, "period": sensitivity,
+                            "stretches": stretches}, arrays, {"fits": FITTED, "bulk_fits": FITTED})
+
+
+def _count(P: np.ndarray, edge: int, untrained_rows: int) -> tuple[dict, Table]:
+    """(numbers, table): the whole table's turns from its first row on the helix to its last (`helix_winding` on every
+    row, the rule finding both ends), with the range over the axis's definitions and the rule's thresholds, and the
+    turns of each stretch between row 0, row 1, the first row on the helix, the bulk's edges, the last row on the
+    helix, the last trained row and the last row."""
+    n_pos = len(P)
+    whole = helix_winding(P, edge=edge)
+    if whole.first is None:
+        return {"turns_total": Text("no helix", "no row has most of its offset from the axis in the plane")}, \
+            Table(("from", "to", "turns"), ())
+    trained_last = n_pos - 1 - untrained_rows
+    bounds = sorted({0, 1, whole.first, edge, trained_last - edge, whole.last, trained_last, n_pos - 1})
+    turns = whole.theta / (2 * np.pi)
+    rows = tuple((a, b, "yes" if whole.first <= a and b <= whole.last else "no", float(turns[b] - turns[a]),
+                  float(np.median(whole.shares[a:b + 1]))) for a, b in zip(bounds, bounds[1:]))
+    table = Table(("from", "to", "on the helix", "turns", "median share in the plane"), rows,
+                  formats={"turns": ".2f", "median share in the plane": ".2f"})
+    low, high = whole.ranges["turns"]
+    numbers = {
+        "turns_total": Number(whole.turns, ".2f", "turns of (z1, z2) around the helix's axis from the first row on "
+                                                 "the helix to the last"),
+        "turns_total_low": Number(low, ".2f", "the same: smallest over the axis's definitions and the rule's thresholds"),
+        "turns_total_high": Number(high, ".2f", "the same: largest over the axis's definitions and the rule's thresholds"),
+        "helix_first": Number(whole.first, "d", "first row with most of its offset from the axis in the (z1, z2) plane"),
+        "helix_last": Number(whole.last, "d", "last row with most of its offset from the axis in the (z1, z2) plane"),
+        "helix_share_first": Number(float(whole.shares[1]), ".0%",
+                                    "share of row 1's offset from the axis in the (z1, z2) plane"),
+        "helix_share_last": Number(float(whole.shares[trained_last]), ".0%",
+                                   "share of the last trained row's offset from the axis in the (z1, z2) plane"),
+        "helix_share_bulk": Number(float(np.median(whole.shares[edge:trained_last - edge + 1])), ".0%",
+                                   "median share of a bulk row's offset from the axis in the (z1, z2) plane"),
+        "turns_off_start": Number(float(turns[whole.first] - turns[0]), ".2f",
+                                  "turns from row 0 to the first row on the helix (not counted)"),
+        "turns_off_end": Number(float(turns[-1] - turns[whole.last]), ".2f",
+                                "turns from the last row on the helix to the last row (not counted)"),
+    }
+    return numbers, table
 
 
 def _turning(P: np.ndarray, Z: np.ndarray, edge: int, untrained_rows: int, period_edges: tuple[int, ...],
@@ -176,8 +220,6 @@ def _turning(P: np.ndarray, Z: np.ndarray, edge: int, untrained_rows: int, perio
         return ".0f" if value >= 20 else ".1f"
 
     numbers = {
-        **ranged("turns_total", winding.turns, *winding.ranges["turns"], ".2f",
-                 "turns of (z1, z2) around the helix's axis over the trained rows"),
         "untrained_rows": Number(untrained_rows, "d", "rows left out at the end as untrained"),
         "winding_window": Number(winding.window, "d", "rows over which each local centre of the axis is averaged"),
         "turns_bulk": Number(float(turns[len(trained) - edge - 1] - turns[edge]), ".2f",

@@ -11,14 +11,16 @@ import numpy as np
 
 from analyses.toolkit import plotting
 from analyses.toolkit.linalg import explained_variance_ratio
+from analyses.toolkit.table_shape import NO_HELIX, shown_turns
 from analyses.toolkit.position_profile import FORMATS, HEADERS, STATISTICS, STRIDE, WINDOW, compared_tables, profile
 from analyses.engine.registry import register
-from analyses.engine.results import Number, Result, Table
+from analyses.engine.results import Number, Result, Table, Text
 from analyses.engine.sources import ModelShape
 
 DESCRIPTIONS = {"top3_share": "variance share of the top 3 principal components",
                 "k90": "principal components needed for 90% of the variance",
-                "turns": "turns of the top two principal coordinates' angle about the centroid, over every row",
+                "turns": "turns of the top two principal coordinates' angle about the helix's own axis, from the first row "
+                         "on the helix to the last",
                 "pair_ratio": "λ₂/λ₁ of the centred Gram matrix",
                 "toeplitz_share": "Toeplitz share τ of the centred Gram matrix",
                 "row0_over_median": "norm of the first row over the median row norm"}
@@ -33,8 +35,9 @@ def position_profile(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, wi
     rows, arrays, compared = [], {}, compared_tables(P, window, stride, sinusoid_base)
     for key, (label, X) in compared.items():
         stats = profile(X)
-        numbers |= {f"{key}_{s}": Number(stats[s], FORMATS[s], f"{label}: {DESCRIPTIONS[s]}") for s in STATISTICS}
-        rows.append((label, len(X), *(stats[s] for s in STATISTICS)))
+        numbers |= {f"{key}_{s}": Number(stats[s], FORMATS[s], f"{label}: {DESCRIPTIONS[s]}") if np.isfinite(stats[s])
+                    else Text(NO_HELIX, f"{label}: no row on the helix") for s in STATISTICS}
+        rows.append((label, len(X), *(shown_turns(stats[s]) if s == "turns" else stats[s] for s in STATISTICS)))
         arrays[f"cumulative_{key}"] = np.cumsum(explained_variance_ratio(X))[:64]
     numbers["n_windows"] = Number(sum(key.startswith("w") for key in compared), "d",
                                   f"windows of {window} positions in a longer learned table")

@@ -22,7 +22,11 @@ Measured here, for P and for baselines of the same shape:
 
 Baselines: D independent Gaussian random walks (smooth, not stationary: PCA of a random walk gives
 sinusoids of increasing frequency, not a pair), independent-phase surrogates of P (each column's
-spectrum kept, columns decoupled), and the sinusoidal table. Diagonal sums come from the columns'
+spectrum kept, columns decoupled), and the sinusoidal table. Beside them, the null for every reading about
+offset: shared-phase surrogates of P (one random phase per frequency for all columns, X̃ = U X with U an
+orthogonal circulant), which are shift-invariant by construction (their rows have no absolute position) and keep
+PᵀP, hence ‖G‖_F and every singular value; their τ is what a shift-invariant process with P's spectra leaves on the
+Toeplitz part over a finite context, only τ, over `n_shared` draws. Diagonal sums come from the columns'
 autocorrelations by FFT, top eigenpairs from Lanczos iteration (fixed start vector), all float64.
 """
 
@@ -35,7 +39,7 @@ import numpy as np
 from analyses.toolkit import plotting
 from analyses.toolkit.gram import circulant_share, diagonal_sums, toeplitz_part, toeplitz_share
 from analyses.toolkit.sinusoids import fit_sinusoid, sinusoidal_table
-from analyses.toolkit.surrogates import phase_randomise, random_walks
+from analyses.toolkit.surrogates import phase_randomise, phase_randomiser, random_walks
 from analyses.engine.registry import register
 from analyses.engine.results import FITTED, Number, Result, Table
 from analyses.engine.sources import ModelShape
@@ -102,8 +106,17 @@ def gram_statistics(X: np.ndarray, pad: int) -> tuple[dict[str, float], dict[str
     return stats, {"vectors": vectors, "kernel": kernel / kernel[0], "G": G, "T": T}
 
 
-def toeplitz_gram(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_draws: int, seed: int, pad: int,
-                  sinusoid_base: float) -> Result:
+def shared_phase_toeplitz_shares(P: np.ndarray, n_draws: int, rng: np.random.Generator) -> np.ndarray:
+    """τ of the centred Gram matrix of `n_draws` shared-phase surrogates of P (shift-invariant, PᵀP kept, so ‖G‖²_F is
+    P's own and is computed once)."""
+    X = np.asarray(P, dtype=np.float64)
+    X = X - X.mean(axis=0)
+    draw, gram_norm_sq = phase_randomiser(X, shared=True), float(np.sum((X.T @ X) ** 2))
+    return np.array([toeplitz_share(draw(rng), gram_norm_sq) for _ in range(n_draws)])
+
+
+def toeplitz_gram(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_draws: int, n_shared: int, seed: int,
+                  pad: int, sinusoid_base: float) -> Result:
     """How Toeplitz (offset-only) the position Gram matrix is, and the components it implies, against baselines."""
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
     n, d = P.shape
@@ -144,6 +157,24 @@ def toeplitz_gram(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_dra
                                                  "largest Toeplitz share over the random-walk draws")
     numbers["nontoeplitz_share"] = Number(1 - observed["toeplitz_share"], ".0%",
                                           "share of ‖G‖² outside the Toeplitz part, 1 − τ")
+    shared = shared_phase_toeplitz_shares(P, n_shared, rng)
+    arrays["shared_toeplitz_shares"] = shared
+    numbers |= {
+        "n_shared": Number(n_shared, ",d", "shared-phase (shift-invariant) surrogates drawn"),
+        "shared_toeplitz_share_mean": Number(float(shared.mean()), ".3f", "shared-phase surrogates: mean τ"),
+        "shared_toeplitz_share_sd": Number(float(shared.std(ddof=1)), ".3f", "shared-phase surrogates: sd of τ"),
+        "shared_nontoeplitz_share_mean": Number(float(1 - shared.mean()), ".0%",
+                                                "shared-phase surrogates: mean share of ‖G‖² outside the Toeplitz part"),
+        "shared_nontoeplitz_share_min": Number(float(1 - shared.max()), ".0%",
+                                               "shared-phase surrogates: smallest 1 − τ over the draws"),
+        "shared_nontoeplitz_share_max": Number(float(1 - shared.min()), ".0%",
+                                               "shared-phase surrogates: largest 1 − τ over the draws"),
+        "shared_at_or_above": Number(int(np.count_nonzero(shared >= observed["toeplitz_share"])), "d",
+                                     "shared-phase draws whose τ is at least P's"),
+        "toeplitz_share_3f": Number(observed["toeplitz_share"], ".3f", "Toeplitz share τ of the Gram matrix"),
+        "shared_toeplitz_share_z": Number(float((observed["toeplitz_share"] - shared.mean()) / shared.std(ddof=1)),
+                                          ".1f", "(τ of P − mean τ of the shared-phase draws) / their sd"),
+    }
     arrays |= {"walk_vectors": walks[0][1]["vectors"], "walk_kernel": walks[0][1]["kernel"],
                "phase_kernel": phases[0][1]["kernel"]}
     return Result(numbers, {"statistics": table}, arrays)
@@ -192,6 +223,6 @@ def plot_kernels(result: Result, shape: ModelShape):
 
 register(
     "toeplitz_gram", "Why a helix: offset-only structure of the position Gram matrix", toeplitz_gram,
-    needs=("W_pos",), params={"n_draws": 10, "seed": 0, "pad": 16, "sinusoid_base": 10000.0},
+    needs=("W_pos",), params={"n_draws": 10, "n_shared": 1000, "seed": 0, "pad": 16, "sinusoid_base": 10000.0},
     figures={"gram": plot_gram, "kernels": plot_kernels}, groups=("position table",),
 )

@@ -29,8 +29,8 @@ from analyses.engine.tensors import HISTORY_FILE, RECORD_FILE, read_training_rec
 from analyses.engine.training import model_dir
 from analyses.toolkit import plotting
 from analyses.toolkit.helix_period import EDGE
-from analyses.toolkit.table_shape import (FORMATS, LABELS, MEASURES, half_way_index, pair_ratio, power_law_slope,
-                                          reference_shapes, table_shape)
+from analyses.toolkit.table_shape import (FORMATS, LABELS, MEASURES, NO_HELIX, half_way_index, pair_ratio,
+                                          power_law_slope, reference_shapes, shown_turns, table_shape)
 from analyses.toolkit.training import Recipe
 
 MAIN_RUNS = ("kjv-gpt2", "kjv-gpt2-seed1")
@@ -121,7 +121,9 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int) 
         final = dict(zip(MEASURES, trajectory[-1]))
         loss_half = int(eval_steps[half_way_index(eval_loss)])
         numbers |= {f"{key}_{m}": period_or_undefined(final[m], FORMATS[m], f"{name}: {LABELS[m]} at the last step")
-                    for m in MEASURES}
+                    for m in MEASURES if m != "turns"}
+        numbers[f"{key}_turns"] = (Number(final["turns"], FORMATS["turns"], f"{name}: turns at the last step")
+                                   if np.isfinite(final["turns"]) else Text(NO_HELIX, f"{name}: no row on the helix"))
         numbers |= _recorded_numbers(name, key, recipe, record, eval_loss, loss_half)
         W = np.asarray(h["history.W_pos"], dtype=np.float64)
         numbers |= {f"{key}_rms": Number(float(np.sqrt(np.mean(W[-1] ** 2))), ".3f", f"{name}: RMS of the last table's "
@@ -136,7 +138,8 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int) 
             share_half = growth[f"{key}_share_half_step"].value
             shapes[key], last_tables[name] = (recipe["n_ctx"], recipe["d_model"]), W[-1]
             arrays |= {f"{key}_steps": steps, f"{key}_shape": trajectory}
-        rows.append((key, change(name), recipe["n_ctx"], recipe["steps"], *trajectory[-1][:4],
+        rows.append((key, change(name), recipe["n_ctx"], recipe["steps"], *trajectory[-1][:3],
+                     shown_turns(trajectory[-1][3]),
                      final["period"] if np.isfinite(final["period"]) else "undefined", final["toeplitz"],
                      float(eval_loss[-1]), loss_half, share_half))
     main_size = [numbers[f"{run_key(name)}_minutes"].value for name in runs if name.startswith("kjv-gpt2")]
@@ -171,8 +174,8 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int) 
                     numbers[f"{kind}{n}x{d}_{m}_sd"] = Number(float(values.std(ddof=1)), FORMATS[m],
                                                              f"{label} {n} × {d}: sd of {LABELS[m]}")
             means = draws[kind].mean(axis=0)
-            rows.append((f"{label}, {n} × {d}", f"mean of {n_draws} draws", n, "—", *means[:4], "—", means[5], "—", "—",
-                         "—"))
+            rows.append((f"{label}, {n} × {d}", f"mean of {n_draws} draws", n, "—", *means[:3], shown_turns(means[3]),
+                         "—", means[5], "—", "—", "—"))
             arrays[f"{kind}{n}x{d}"] = draws[kind]
     columns = ("run", "change", "context", "steps", *(LABELS[m] for m in MEASURES[:4]), LABELS["period"],
                LABELS["toeplitz"], "held-out loss", "loss half-way step", "top-3 half-way step")
@@ -332,10 +335,13 @@ def window_shape(tensors, shape: ModelShape, *, lengths: tuple[int, ...], n_wind
             numbers |= {f"{key}_{m}": Number(float(column.mean()), FORMATS[m], f"{LABELS[m]}, mean over windows of {length}"),
                         f"{key}_{m}_min": Number(float(column.min()), FORMATS[m], f"{LABELS[m]}, smallest window of {length}"),
                         f"{key}_{m}_max": Number(float(column.max()), FORMATS[m], f"{LABELS[m]}, largest window of {length}")}
-        rows += [(length, int(s), *v[:4], v[4] if np.isfinite(v[4]) else "undefined", v[5]) for s, v in zip(starts, values)]
+        rows += [(length, int(s), *v[:3], shown_turns(v[3]), v[4] if np.isfinite(v[4]) else "undefined", v[5])
+                 for s, v in zip(starts, values)]
     if len(measured) >= 2:
         for m in ("turns", "pair_ratio"):
             means = [arrays[f"w{L}"][:, MEASURES.index(m)].mean() for L in measured]
+            if not np.isfinite(means).all():  # a window with no helix has no turns to average
+                continue
             numbers[f"{m}_slope"] = Number(power_law_slope(np.array(measured), np.array(means))[0], ".2f",
                                            f"b of the mean {LABELS[m]} ∝ window length^b, windows of "
                                            f"{measured[0]}–{measured[-1]}")

@@ -6,6 +6,11 @@ last turns' windows at the ends), so the angle does not depend on where the coor
 turn length that sets the window is the period the angle then gives (a fixed point, found from the whole context).
 `helix_winding` adds the sensitivity of every winding number to that choice: the window ±25 %, centres from a
 circle fitted to each window instead of its mean, and the centre moved by a tenth of the bulk's radius.
+
+The whole-table turn count runs only over the rows that lie on the helix (`on_helix_shares`): a row is on it when most
+of its offset from the axis, in the full space, lies in the (z1, z2) plane the angle is measured in. Elsewhere (GPT-2's
+first rows and its last rows alike) the angle is that of a small residual of a row that lies off the plane, and
+counts no winding of the helix. The count runs from the first such row to the last, the same rule at both ends.
 """
 
 from __future__ import annotations
@@ -32,6 +37,12 @@ WINDOW_FACTORS = (0.75, 1.25)
 
 CENTRE_SHIFT = 0.1
 """How far `helix_winding` moves the axis, as a fraction of the bulk's median radius (8 directions)."""
+
+ON_HELIX_SHARE = 0.5
+"""A row lies on the helix when more than this share of its offset from the axis lies in the (z1, z2) plane."""
+
+ON_HELIX_SHARES = (0.4, 0.5, 0.6)
+"""The thresholds `helix_winding` tries for the rule, beside the axis's definitions, for the count's range."""
 
 
 def bulk_edge(n_positions: int, edge: int = EDGE) -> int:
@@ -84,6 +95,25 @@ def axis_phase(Z: np.ndarray, window: int, method: str = "mean") -> tuple[np.nda
     return theta * (1.0 if theta[-1] >= 0 else -1.0), np.hypot(d[:, 0], d[:, 1])
 
 
+def on_helix_shares(P: np.ndarray, window: int) -> np.ndarray:
+    """s_n = ‖(x_n − c_n) U‖² / ‖x_n − c_n‖² for each row: the share of the centred row x_n's offset from the local axis
+    c_n (the mean of x over the `window` rows centred on n, as `local_centres`) that lies in the plane of the top two
+    principal axes U, the plane the angle is measured in (1 on a planar circle; small for a row off the plane)."""
+    P = np.asarray(P, dtype=np.float64)
+    X = P - P.mean(axis=0)
+    offsets = X - local_centres(X, window)
+    in_plane = offsets @ top_right_singular_vectors(P, 2, center=True)
+    total = np.sum(offsets * offsets, axis=1)
+    return np.divide(np.sum(in_plane * in_plane, axis=1), total, out=np.zeros(len(X)), where=total > 0)
+
+
+def on_helix_stretch(shares: np.ndarray, threshold: float = ON_HELIX_SHARE) -> tuple[int, int] | None:
+    """(first, last): the first and the last row whose share exceeds `threshold` (`on_helix_shares`), the rows the
+    turn count runs between; None where fewer than two rows do (no helix to count)."""
+    on = np.flatnonzero(np.asarray(shares) > threshold)
+    return (int(on[0]), int(on[-1])) if len(on) >= 2 else None
+
+
 def _period_over(theta: np.ndarray, first: int, last: int) -> float:
     """Tokens per turn from row `first` to row `last` (inf where the angle does not advance)."""
     advance = theta[last] - theta[first]
@@ -124,14 +154,18 @@ def helix_period(P: np.ndarray, edge: int = EDGE) -> float:
 class Winding:
     """How the helix winds around its own axis, over the trained rows, and how much each number depends on the axis.
 
-    `ranges` gives (smallest, largest) of turns, period, start and end over the variants (`helix_winding`)."""
+    `ranges` gives (smallest, largest) of turns, period, start and end over the variants (`helix_winding`); turns are
+    counted over the rows on the helix only (first … last, `on_helix_stretch`), NaN where no row is on it."""
 
     n_rows: int  # trained rows used (the first n_rows of the table)
     edge: int  # rows at each end outside the bulk
     window: int  # rows over which each local centre is averaged (the turn length, at most n_rows)
     theta: np.ndarray  # angle around the axis, radians, increasing, 0 at row 0
     radius: np.ndarray  # distance from the axis in the (z1, z2) plane
-    turns: float  # turns from row 0 to the last trained row
+    shares: np.ndarray  # share of each row's offset from the axis in the (z1, z2) plane (`on_helix_shares`)
+    first: int | None  # first row on the helix (None: no row is)
+    last: int | None  # last row on the helix
+    turns: float  # turns from the first row on the helix to the last (NaN where there is no such stretch)
     period: float  # tokens per turn over the bulk (= helix_period of the trained rows)
     start: float  # tokens per turn over rows 0 … edge
     end: float  # tokens per turn over the last edge trained rows
@@ -139,9 +173,10 @@ class Winding:
 
 
 def helix_winding(P: np.ndarray, *, edge: int = EDGE, n_trained: int | None = None) -> Winding:
-    """The helix's winding around its own axis over the first `n_trained` rows of P (all by default; leave out rows
-    that are untrained), with the range of each number over the variants: window × (0.75, 1, 1.25), centres by
-    mean or fitted circle, and the axis moved by CENTRE_SHIFT of the bulk's median radius in 8 directions."""
+    """The helix's winding around its own axis over the first `n_trained` rows of P (all by default), with the range
+    of each number over the variants: window × (0.75, 1, 1.25), centres by mean or fitted circle, and the axis moved by
+    CENTRE_SHIFT of the bulk's median radius in 8 directions; the turns over the rows on the helix, their range also
+    over the rule's thresholds ON_HELIX_SHARES (each stretch found around the default axis)."""
     P = np.asarray(P, dtype=np.float64)
     n = len(P) if n_trained is None else n_trained
     if not 8 <= n <= len(P):
@@ -150,9 +185,16 @@ def helix_winding(P: np.ndarray, *, edge: int = EDGE, n_trained: int | None = No
     Z = principal_coordinates(P[:n], 2)
     window = turn_length(Z, edge)
 
-    def numbers(theta):  # the bulk's period in its own direction of turning, as `helix_period`
+    shares = on_helix_shares(P[:n], window)
+    stretches = [on_helix_stretch(shares, threshold) for threshold in ON_HELIX_SHARES]
+    stretch = stretches[ON_HELIX_SHARES.index(ON_HELIX_SHARE)]
+
+    def counted(theta, first_last):  # turns over a stretch on the helix, NaN where there is none
+        return float("nan") if first_last is None else (theta[first_last[1]] - theta[first_last[0]]) / (2 * np.pi)
+
+    def numbers(theta, first_last=stretch):  # the bulk's period in its own direction of turning, as `helix_period`
         bulk = theta[n - edge - 1] - theta[edge]
-        return (theta[-1] / (2 * np.pi), _period_over(np.sign(bulk or 1.0) * theta, edge, n - edge - 1),
+        return (counted(theta, first_last), _period_over(np.sign(bulk or 1.0) * theta, edge, n - edge - 1),
                 _period_over(theta, 0, edge), _period_over(theta, n - edge - 1, n - 1))
 
     theta, radius = axis_phase(Z, window)
@@ -167,8 +209,10 @@ def helix_winding(P: np.ndarray, *, edge: int = EDGE, n_trained: int | None = No
                 d = Z - moved
                 t = np.unwrap(np.arctan2(d[:, 1], d[:, 0]))
                 t = t - t[0]
-                variants.append(numbers(t * (1.0 if t[-1] >= 0 else -1.0)))
+                t = t * (1.0 if t[-1] >= 0 else -1.0)
+                variants.extend(numbers(t, first_last) for first_last in stretches)
     variants = np.array(variants)
     keys = ("turns", "period", "start", "end")
-    ranges = {k: (float(variants[:, i].min()), float(variants[:, i].max())) for i, k in enumerate(keys)}
-    return Winding(n, edge, window, theta, radius, *numbers(theta), ranges)
+    ranges = {k: (float(np.nanmin(column)), float(np.nanmax(column))) if not np.isnan(column).all()
+              else (float("nan"), float("nan")) for k, column in zip(keys, variants.T)}
+    return Winding(n, edge, window, theta, radius, shares, *(stretch or (None, None)), *numbers(theta), ranges)

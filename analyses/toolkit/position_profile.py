@@ -6,8 +6,8 @@ eigenvalues λᵢ of its Gram matrix over their sum):
 
 * top-3 share r₁ + r₂ + r₃, and the number of components for 90 % of the variance;
 * λ₂/λ₁ = r₂/r₁, how near the top two components are to a circle (1) or a line (0);
-* turns: how many times the (z₁, z₂) plane's angle about the helix's own axis goes round, over all rows
-  (`toolkit.helix_period.helix_winding`, the report's one definition);
+* turns: how many times the (z₁, z₂) plane's angle about the helix's own axis goes round, from the first row on
+  the helix to the last (`toolkit.helix_period.helix_winding`, the report's one definition; NaN: no helix);
 * the Toeplitz share τ of the Gram matrix (`toolkit.gram`);
 * row 0's norm over the median row norm (uncentred): whether the first row is an outlier.
 """
@@ -31,7 +31,8 @@ FORMATS = dict(zip(STATISTICS, (".1%", "d", ".2f", ".2f", ".0%", ".2f")))
 
 
 def turns(X: np.ndarray) -> float:
-    """How many turns the angle of the top two principal coordinates makes around their own axis over every row of X."""
+    """How many turns the angle of the top two principal coordinates makes around their own axis, from the first row of
+    X on the helix to the last (`helix_winding`; NaN where no row is on it)."""
     return helix_winding(X).turns
 
 

@@ -5,7 +5,8 @@ For a table P (positions × width), centred over positions, with λ_i the varian
 
 * `top3`, `pc1`: Σ_{i≤3} λ_i / Σ λ_i and λ_1 / Σ λ_i;
 * `pair_ratio`: λ_2 / λ_1 (near 1 for a helix, whose cosine and sine carry equal variance; near 0 for a ramp);
-* `turns`: turns of (z1, z2) around the helix's own axis from the first row to the last (`helix_winding`, origin-free);
+* `turns`: turns of (z1, z2) around the helix's own axis from the first row on the helix to the last (`helix_winding`,
+  origin-free), NaN ("no helix") where no row has most of its offset from the axis in the (z1, z2) plane;
 * `period`: tokens per turn over the bulk (`helix_winding`), NaN ("undefined") where the bulk holds less than one
   turn: an angle that has not come round once has no period;
 * `toeplitz`: the Toeplitz share τ of the Gram matrix (`toolkit.gram`).
@@ -28,6 +29,15 @@ MEASURES = ("top3", "pc1", "pair_ratio", "turns", "period", "toeplitz")
 LABELS = {"top3": "top-3 share", "pc1": "PC1 share", "pair_ratio": "λ2/λ1", "turns": "turns",
           "period": "period (tokens/turn)", "toeplitz": "Toeplitz share"}
 FORMATS = {"top3": ".1%", "pc1": ".1%", "pair_ratio": ".3f", "turns": ".2f", "period": ".0f", "toeplitz": ".0%"}
+
+
+NO_HELIX = "no helix"
+"""What a table or sentence prints for the turns of a table with no row on the helix (NaN turns)."""
+
+
+def shown_turns(turns: float) -> float | str:
+    """A table cell for a turn count: the count, or NO_HELIX where the table has no helix (NaN)."""
+    return turns if np.isfinite(turns) else NO_HELIX
 
 
 def bulk_turns(n_rows: int, edge: int, period: float) -> float:
