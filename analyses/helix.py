@@ -34,8 +34,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from analyses.toolkit import plotting
-from analyses.toolkit.helix_period import (EDGE, bulk_edge, bulk_phase_increments, helix_period, helix_winding,
-                                           principal_coordinates)
+from analyses.toolkit.helix_period import (EDGE, ON_HELIX_SHARE, ON_HELIX_SHARES, bulk_edge, bulk_phase_increments,
+                                           helix_period, helix_winding, principal_coordinates)
 from analyses.toolkit.linalg import explained_variance_ratio
 from analyses.toolkit.sinusoids import fit_sinusoid
 from analyses.engine.registry import register
@@ -165,6 +165,10 @@ def _count(P: np.ndarray, edge: int, untrained_rows: int) -> tuple[dict, Table]:
                                                  "the helix to the last"),
         "turns_total_low": Number(low, ".2f", "the same: smallest over the axis's definitions and the rule's thresholds"),
         "turns_total_high": Number(high, ".2f", "the same: largest over the axis's definitions and the rule's thresholds"),
+        "helix_rule_share": Number(ON_HELIX_SHARE, ".0%", "share of a row's offset from the axis in the plane above "
+                                                         "which the row is on the helix"),
+        "helix_rule_low": Number(ON_HELIX_SHARES[0], ".0%", "smallest threshold of the rule tried"),
+        "helix_rule_high": Number(ON_HELIX_SHARES[-1], ".0%", "largest threshold of the rule tried"),
         "helix_first": Number(whole.first, "d", "first row with most of its offset from the axis in the (z1, z2) plane"),
         "helix_last": Number(whole.last, "d", "last row with most of its offset from the axis in the (z1, z2) plane"),
         "helix_share_first": Number(float(whole.shares[1]), ".0%",
@@ -175,8 +179,8 @@ def _count(P: np.ndarray, edge: int, untrained_rows: int) -> tuple[dict, Table]:
                                    "median share of a bulk row's offset from the axis in the (z1, z2) plane"),
         "turns_off_start": Number(float(turns[whole.first] - turns[0]), ".2f",
                                   "turns from row 0 to the first row on the helix (not counted)"),
-        "turns_off_end": Number(float(turns[-1] - turns[whole.last]), ".2f",
-                                "turns from the last row on the helix to the last row (not counted)"),
+        "turns_off_end": Number(float(turns[trained_last] - turns[whole.last]), ".2f",
+                                "turns from the last row on the helix to the last trained row (not counted)"),
     }
     return numbers, table
 

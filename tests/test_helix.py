@@ -33,7 +33,8 @@ def test_planted_helix_is_recovered():
         assert numbers[f"pc{k}_period"].value == pytest.approx(200.0, rel=2e-3)
         assert numbers[f"pc{k}_r2"].value > 0.99
     assert abs(numbers["pc3_spearman"].value) > 0.95  # noise (0.01) swaps ranks of neighbours (rise 0.004)
-    assert numbers["turns_total"].value == pytest.approx(998 / 200, rel=5e-3)  # the last row left out
+    assert (numbers["helix_first"].value, numbers["helix_last"].value) == (0, 999)  # every row lies on the helix
+    assert numbers["turns_total"].value == pytest.approx(999 / 200, rel=5e-3)
     assert numbers["turns_total_low"].value <= numbers["turns_total"].value <= numbers["turns_total_high"].value
     assert numbers["period"].value == pytest.approx(200.0, rel=5e-3)
     assert numbers["radius_bulk"].value == pytest.approx(3.0, rel=1e-2)

@@ -8,7 +8,8 @@ import os
 import numpy as np
 import pytest
 
-from analyses.toolkit.helix_period import axis_phase, helix_period, helix_winding, local_centres, turn_length
+from analyses.toolkit.helix_period import (axis_phase, helix_period, helix_winding, local_centres, on_helix_shares,
+                                           on_helix_stretch, turn_length)
 
 
 def circle(n: int, period: float, radius: float = 2.0, centre=(0.0, 0.0), drift=(0.0, 0.0)) -> np.ndarray:
@@ -61,6 +62,53 @@ def test_turn_length_is_the_fixed_point_and_helix_winding_reads_a_planted_helix(
     assert w.ranges["period"][1] / w.ranges["period"][0] < 1.05  # a clean helix hardly depends on the axis
 
 
+def helix_with_off_ends(start: int = 100, end: int = 800, n: int = 900, period: float = 100.0) -> np.ndarray:
+    """A helix (radius 3, period 100, a slow rise) on rows start … end − 1; before and after it each row lies off the
+    plane, scattered over eight other directions (sd 1), and keeps only a tiny, fast residual circle (radius 0.05,
+    period 10) in the plane, the shape of GPT-2's ends: an angle that races while the row is off the helix."""
+    rng = np.random.default_rng(4)
+    t = np.arange(n, dtype=np.float64)
+    on = (t >= start) & (t < end)
+    big, small = 3 * on, 0.05 * ~on
+    X = np.column_stack([big * np.cos(2 * np.pi * t / period) + small * np.cos(2 * np.pi * t / 10),
+                         big * np.sin(2 * np.pi * t / period) + small * np.sin(2 * np.pi * t / 10),
+                         0.002 * t, (~on)[:, None] * rng.standard_normal((n, 8))])
+    Q, _ = np.linalg.qr(rng.standard_normal((16, 11)))
+    return X @ Q.T
+
+
+def test_the_count_starts_and_ends_where_the_rows_lie_on_the_helix():
+    """The rule (most of a row's offset from the axis in the plane of the angle) finds the planted helix's first and
+    last rows, at both ends alike; the count over them is the planted turns; counted from row 0 to the last row (the
+    old estimator) the residual circles would add about ten turns at each end."""
+    P = helix_with_off_ends()
+    w = helix_winding(P, edge=100)
+    assert 100 <= w.first <= 104 and 795 <= w.last <= 799
+    assert w.turns == pytest.approx((w.last - w.first) / 100, abs=0.15)  # the axis at a transition mixes both sides
+    assert w.shares[150:750].min() > 0.95 and w.shares[:50].max() < 0.1 and w.shares[850:].max() < 0.1
+    assert (w.theta[-1] - w.theta[0]) / (2 * np.pi) > w.turns + 10
+    low, high = w.ranges["turns"]
+    assert low <= w.turns <= high and high - low < 0.2
+
+
+def test_no_row_on_the_helix_gives_no_count():
+    """The sinusoidal table spreads every row over many planes: no row has most of its offset in the top pair's plane,
+    so it has no helix to count (NaN, printed "no helix"), and the rule's stretch needs two rows."""
+    from analyses.toolkit.sinusoids import sinusoidal_table
+
+    w = helix_winding(sinusoidal_table(512, 768, 10000.0))
+    assert w.first is None and np.isnan(w.turns) and np.isnan(w.ranges["turns"]).all()
+    assert on_helix_stretch(np.array([0.1, 0.9, 0.2])) is None
+    assert on_helix_stretch(np.array([0.1, 0.9, 0.2, 0.7, 0.3])) == (1, 3)
+
+
+def test_on_helix_shares_are_one_on_a_planar_circle_and_origin_free():
+    Z = circle(400, 50, centre=(3.0, -1.0))
+    P = np.column_stack([Z, np.zeros((400, 3))])
+    assert on_helix_shares(P, 50)[25:375] == pytest.approx(np.ones(350), abs=1e-9)
+    assert on_helix_shares(P + 7.0, 50) == pytest.approx(on_helix_shares(P, 50), abs=1e-12)
+
+
 def test_less_than_a_turn_uses_the_whole_context_as_one_window():
     Z = circle(200, 500)
     assert turn_length(Z, 50) == 200
@@ -80,7 +128,7 @@ def test_gpt2_cited_winding_holds_as_the_origin_and_the_edges_move():
 
     P = np.asarray(load_file(os.path.join(GPT2, "model.safetensors"))["wpe.weight"], dtype=np.float64)[:-1]
     w = helix_winding(P)
-    assert 1.9 <= w.ranges["turns"][0] <= w.turns <= w.ranges["turns"][1] <= 3.4
+    assert 1.6 <= w.ranges["turns"][0] <= w.turns <= w.ranges["turns"][1] <= 1.95  # rows on the helix only
     assert 490 <= w.ranges["period"][0] <= w.period <= w.ranges["period"][1] <= 570
     from analyses.toolkit.helix_period import principal_coordinates
     Z = principal_coordinates(P, 2)
@@ -121,3 +169,34 @@ def test_the_bulk_period_is_positive_when_the_bulk_turns_against_the_whole():
     period = helix_period(P, 100)
     assert period > 0
     assert helix_winding(P, edge=100).period == pytest.approx(period, rel=1e-9)
+
+
+@pytest.mark.skipif(not GPT2, reason="needs GPT-2's weights (GPT2_WEIGHTS unset)")
+def test_gpt2_headline_count_recomputed_from_the_raw_table():
+    """The cited count, recomputed with other code from the raw table: an SVD of the centred rows, the axis as a plain
+    loop over clamped windows of the cited length, each row's share of its offset in the top pair's plane, the first
+    and the last row above half, and the unwrapped angle between them."""
+    from pathlib import Path
+
+    import yaml
+    from safetensors.numpy import load_file
+
+    cited = yaml.safe_load((Path(__file__).resolve().parents[1] / "_variables.yml").read_text())["gpt2"]["helix"]
+    P = np.asarray(load_file(os.path.join(GPT2, "model.safetensors"))["wpe.weight"], dtype=np.float64)
+    X = P - P.mean(axis=0)
+    plane = np.linalg.svd(X, full_matrices=False)[2][:2].T
+    window, n = int(cited["winding_window"]), len(X)
+    axis = np.empty_like(X)
+    for i in range(n):
+        a = min(max(i - window // 2, 0), n - window)
+        axis[i] = X[a:a + window].mean(axis=0)
+    offset = X - axis
+    share = np.sum((offset @ plane) ** 2, axis=1) / np.sum(offset ** 2, axis=1)
+    on = np.flatnonzero(share > 0.5)
+    first, last = on[0], on[-1]
+    d = offset @ plane
+    angle = np.unwrap(np.arctan2(d[:, 1], d[:, 0]))
+    turns = abs(angle[last] - angle[first]) / (2 * np.pi)
+    assert (first, last) == (int(cited["helix_first"]), int(cited["helix_last"]))
+    assert f"{turns:.2f}" == cited["turns_total"]
+    assert 1.5 < turns < 2.0 < 2.95  # about two turns, not the 2.95 counted from row 0

@@ -84,3 +84,72 @@ def test_landing_page_readings_hold_over_their_stated_ranges():
     assert helix["outlier_ends_low"] > 5 * helix["outlier_rest_p99_high"]
     for model in ("kjv_gpt2", "kjv_gpt2_seed1"):
         assert cached(model, "helix")["turns_total_high"] < 2
+
+
+def test_the_headline_is_the_period_and_every_turn_count_is_the_one_over_the_rows_on_the_helix():
+    """The abstract leads with one turn per period (and the turns per context), not with a whole-table count; a
+    whole-table count is cited only as the count over the rows on the helix, beside the rows it runs between, and the
+    end is not said to wind faster while its rows lie off the helix (as the start is not)."""
+    text = chapters()
+    index = " ".join((REPO / "report" / "index.qmd").read_text().split())
+    lead = index.split("**")[1]
+    assert "gpt2.helix.period" in lead and "turns_total" not in lead
+    assert "gpt2.helix.cycles_in_context" in index
+    for stale in ("helix of about {{< var gpt2.helix.turns_total >}} turns", "narrows and turns faster",
+                  "and faster over the last positions", "from the first row to the last;",
+                  "over its {{< var gpt1.model.n_ctx >}} positions they turn"):
+        assert stale not in text, stale
+    for match in re.finditer(r"\{\{< var gpt2\.helix\.turns_total >\}\}", text):
+        nearby = text[max(0, match.start() - 400):match.end() + 400]
+        assert ("helix_first" in nearby and "helix_last" in nearby) or "rows on the helix" in nearby, nearby
+    assert cited("gpt2.helix.turns_total") == cited("gpt2.position_profile.all_turns")  # one count per table
+
+
+def test_every_reading_of_the_off_toeplitz_share_stands_beside_the_shift_invariant_null():
+    """1 − τ is not the share that depends on absolute position: a shift-invariant (shared-phase) process with P's
+    spectra leaves as much off the Toeplitz part. Wherever it is cited, the null's range is cited beside it, and no
+    chapter attributes it to absolute position."""
+    text = chapters()
+    key = "{{< var gpt2.toeplitz_gram.nontoeplitz_share >}}"
+    assert key in text
+    for match in re.finditer(re.escape(key), text):
+        nearby = text[max(0, match.start() - 700):match.end() + 700]
+        assert "shared_nontoeplitz_share" in nearby or "shared_toeplitz_share" in nearby, nearby
+        after = text[match.end():match.end() + 80]
+        assert "absolute position" not in after.split(".")[0] or "cannot" in after, after
+    for stale in ("of its energy that depends on absolute position", "nontoeplitz_share >}} depends on absolute",
+                  "the part of $G$ that depends on absolute position."):
+        assert stale not in text, stale
+    low = float(cited("gpt2.toeplitz_gram.shared_nontoeplitz_share_min").rstrip("%"))
+    assert float(cited("gpt2.toeplitz_gram.nontoeplitz_share").rstrip("%")) <= float(
+        cited("gpt2.toeplitz_gram.shared_nontoeplitz_share_max").rstrip("%")) and low < 30
+
+
+@pytest.mark.skipif(not GPT2, reason="needs GPT-2's weights (GPT2_WEIGHTS unset)")
+def test_gpt2_toeplitz_share_against_shared_phase_draws_recomputed_directly():
+    """Other code: each shift-invariant draw by its own FFT with one phase per frequency, G formed and its diagonals
+    averaged directly; 40 draws put the null's mean within 4 of the cited sd of the cited mean, and P's τ as cited."""
+    from safetensors.numpy import load_file
+
+    P = np.asarray(load_file(os.path.join(GPT2, "model.safetensors"))["wpe.weight"], dtype=np.float64)
+    X = P - P.mean(axis=0)
+    n = len(X)
+    index = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])
+
+    def tau(Y):
+        G = Y @ Y.T
+        means = np.bincount(index.ravel(), weights=G.ravel()) / np.bincount(index.ravel())
+        return float(np.sum(means[index] ** 2) / np.sum(G * G))
+
+    assert f"{tau(X):.3f}" == cited("gpt2.toeplitz_gram.toeplitz_share_3f")
+    rng = np.random.default_rng(12345)
+    spectrum = np.fft.rfft(X, axis=0)
+    draws = []
+    for _ in range(40):
+        phase = np.exp(1j * rng.uniform(0, 2 * np.pi, len(spectrum)))
+        phase[0] = phase[-1] = 1.0
+        draws.append(tau(np.fft.irfft(spectrum * phase[:, None], n=n, axis=0)))
+    mean, sd = float(cited("gpt2.toeplitz_gram.shared_toeplitz_share_mean")), float(
+        cited("gpt2.toeplitz_gram.shared_toeplitz_share_sd"))
+    assert abs(np.mean(draws) - mean) < 4 * sd / np.sqrt(40) + 0.001
+    assert np.std(draws, ddof=1) == pytest.approx(sd, rel=0.5)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analyses.toeplitz_gram import dominant_frequency, gram_statistics, toeplitz_gram, top_eigenpairs
+from analyses.toeplitz_gram import (dominant_frequency, gram_statistics, shared_phase_toeplitz_shares, toeplitz_gram,
+                                    top_eigenpairs)
 from analyses.toolkit.gram import circulant_share, diagonal_sums, toeplitz_part, toeplitz_share
 from analyses.toolkit.surrogates import random_walks
 from analyses.engine.sources import ModelShape
@@ -83,10 +84,44 @@ def test_toeplitz_gram_reports_a_planted_helix_against_its_baselines():
     Q, _ = np.linalg.qr(rng.standard_normal((16, 3)))  # orthonormal: a circle stays a circle
     P = helix @ Q.T + 0.01 * rng.standard_normal((N, 16))
     shape = ModelShape("helix", "gpt2", 16, N, 1, 1, 1, 1, "pre")
-    result = toeplitz_gram({"W_pos": P}, shape, n_draws=3, seed=0, pad=16, sinusoid_base=10000.0)
+    result = toeplitz_gram({"W_pos": P}, shape, n_draws=3, n_shared=20, seed=0, pad=16, sinusoid_base=10000.0)
     n = {k: v.value for k, v in result.numbers.items()}
     assert n["pc1_cycles"] == pytest.approx(2.0, abs=0.1) and n["pc2_cycles"] == pytest.approx(2.0, abs=0.1)
     assert n["toeplitz_pc1_cycles"] == pytest.approx(2.0, abs=0.1)
     assert n["pair_ratio"] > 0.8 > n["walks_pair_ratio_max"]
     assert n["toeplitz_share"] > 0.9
     assert len(result.tables["statistics"].rows) == 11
+
+
+def test_shared_phase_draws_keep_a_circulant_table_exactly_toeplitz():
+    """Integer frequencies: G is circulant, so every shift-invariant (shared-phase) draw is too, τ = 1 in each."""
+    X = fourier_columns([2, 5], [3.0, 1.0])
+    shares = shared_phase_toeplitz_shares(X, 5, np.random.default_rng(0))
+    assert shares == pytest.approx(np.ones(5), abs=1e-12)
+
+
+def test_shared_phase_null_of_a_finite_context_leaves_energy_off_the_toeplitz_part():
+    """A non-integer frequency (2.5 cycles): a shift-invariant draw of it is not Toeplitz over a finite context, so the
+    null sits below 1, and each draw's τ equals τ computed from its Gram matrix directly (‖G‖ is the table's own)."""
+    t = np.arange(N)
+    X = np.column_stack([np.cos(5 * np.pi * t / N), np.sin(5 * np.pi * t / N), 0.02 * t])
+    rng = np.random.default_rng(1)
+    shares = shared_phase_toeplitz_shares(X, 8, rng)
+    assert shares.max() < 0.999
+    from analyses.toolkit.surrogates import phase_randomise
+    Y = phase_randomise(X - X.mean(axis=0), np.random.default_rng(1), shared=True)
+    G = Y @ Y.T
+    T = np.array([[np.diagonal(G, abs(i - j)).mean() for j in range(N)] for i in range(N)])
+    assert shares[0] == pytest.approx(np.sum(T * T) / np.sum(G * G), rel=1e-9)
+
+
+def test_toeplitz_gram_cites_the_shift_invariant_null_beside_tau():
+    rng = np.random.default_rng(3)
+    t = np.arange(N)
+    Q, _ = np.linalg.qr(rng.standard_normal((16, 3)))
+    P = np.column_stack([np.cos(4 * np.pi * t / N), np.sin(4 * np.pi * t / N), 0.01 * t]) @ Q.T
+    shape = ModelShape("helix", "gpt2", 16, N, 1, 1, 1, 1, "pre")
+    n = toeplitz_gram({"W_pos": P}, shape, n_draws=2, n_shared=30, seed=0, pad=16, sinusoid_base=10000.0).numbers
+    low, high = n["shared_nontoeplitz_share_min"].value, n["shared_nontoeplitz_share_max"].value
+    assert 0 <= low <= 1 - n["shared_toeplitz_share_mean"].value <= high <= 1
+    assert n["n_shared"].value == 30 and 0 <= n["shared_at_or_above"].value <= 30
