@@ -222,7 +222,7 @@ def qk_rotation_null(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_
     numbers = {
         "n_frames": Number(n_frames, "d", "random orthonormal frames per head, size and null"),
         "draws_needed": Number(draws_for(H), "d", "fewest draws whose floor 1/(1 + N) meets Holm's smallest threshold"),
-        "holm_smallest": Number(FAMILYWISE_ALPHA / H, ".4f", "Holm's smallest threshold alpha / heads"),
+        "holm_smallest": Number(FAMILYWISE_ALPHA / H, ".3g", "Holm's smallest threshold alpha / heads"),
         "subspace": Number(subspace, "d", "directions of the centred P's top subspace that the second null draws in"),
         "n_controls": Number(n_controls, "d", "random frames of each null whose antisymmetric part is taken out"),
         "seed": Number(seed, "d", "seed of the random frames"),
@@ -251,7 +251,7 @@ def qk_rotation_null(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_
                 f"{prefix}head{head}_null_q95": Number(float(np.quantile(null, 0.95)), ".2f",
                                                        f"head {head}: 95th percentile, {name} null"),
                 f"{prefix}head{head}_p": Text(_p_text(p[name, k0][head], n_frames), f"head {head}: p, {name} null"),
-                f"{prefix}head{head}_threshold": Number(float(thresholds[head]), ".4f",
+                f"{prefix}head{head}_threshold": Number(float(thresholds[head]), ".3g",
                                                         f"head {head}: its Holm threshold, {name} null"),
             }
     for head in range(H):
