@@ -8,7 +8,7 @@ Two nulls, per head, each keeping the head and the size of the frame:
   everything special about P's directions;
 - P's subspace: the form on random k-frames inside the span of the centred P's top `subspace` right-singular
   vectors, which keeps "a direction that carries position" and drops only what is special about the helix's
-  three among them.
+  three among them (its size varied over `other_subspaces`).
 
 p = (1 + #{frames with a ≥ observed}) / (1 + N); the heads that exceed a null are those Holm's procedure rejects over
 the heads of the layer at the report's familywise rate (`toolkit.pvalues`), one family per null and frame size.
@@ -152,7 +152,8 @@ def undecided(p_values: np.ndarray, n_draws: int) -> np.ndarray:
 
 
 def frame_test(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, sizes: tuple[int, ...], subspace: int,
-               n_frames: int, n_controls: int, control_mass: float, seed: int, min_query: int, n_components: int) -> dict:
+               other_subspaces: tuple[int, ...], n_frames: int, n_controls: int, control_mass: float, seed: int,
+               min_query: int, n_components: int) -> dict:
     """The observed shares, both nulls' shares and p-values for every frame size; each head's (attention on the
     current key, mean distance) with and without each part of its top-`n_components` form and without the
     antisymmetric part of the form of every other size; and, for heads with at least `control_mass` on the current
@@ -171,6 +172,10 @@ def frame_test(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, sizes: t
     nulls = {"whole": subspace_null(read_q, read_k, None, sizes, n_frames, rng),
              "subspace": subspace_null(read_q, read_k, own, sizes, n_frames, rng)}
     p_values = {(name, k): empirical_p(nulls[name][k], observed[k]) for name in NULLS for k in sizes}
+    for m in other_subspaces:  # the subspace null's one arbitrary choice, varied (frames of n_components directions)
+        null = subspace_null(read_q, read_k, top_right_singular_vectors(P, m, center=True), (n_components,), n_frames,
+                             rng)[n_components]
+        p_values[f"subspace{m}", n_components] = empirical_p(null, observed[n_components])
     # the intervention and its controls on the top n_components directions; the other sizes' antisymmetric parts
     queries = query_rows(shape.n_ctx, causal, min_query)
     distance = np.abs(queries[:, None] - np.arange(shape.n_ctx)[None, :])
@@ -205,18 +210,20 @@ def _p_text(p: float, n_draws: int) -> str:
 
 
 def qk_rotation_null(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components: int,
-                     other_sizes: tuple[int, ...], subspace: int, n_frames: int, n_controls: int, control_mass: float,
-                     seed: int, min_query: int) -> Result:
+                     other_sizes: tuple[int, ...], subspace: int, other_subspaces: tuple[int, ...], n_frames: int,
+                     n_controls: int, control_mass: float, seed: int, min_query: int) -> Result:
     """Each layer-0 head's antisymmetric share on P's top directions against random frames of the whole space and of
-    P's own top subspace, for frames of `n_components` and of `other_sizes` directions; the attention pattern with
-    each part of the top form, or the antisymmetric part of random frames, taken out."""
+    P's own top `subspace` directions, for frames of `n_components` and of `other_sizes` directions, and against
+    frames of `n_components` directions in P's top `other_subspaces`; the attention pattern with each part of the top
+    form, or the antisymmetric part of random frames, taken out."""
     H = shape.n_heads
     if n_frames < draws_for(H):
         raise ValueError(f"{n_frames} frames cannot meet Holm's smallest threshold over {H} heads "
                          f"(at least {draws_for(H)} needed)")
     k0, sizes = n_components, (n_components, *other_sizes)
-    test = frame_test(tensors, shape, sizes=sizes, subspace=subspace, n_frames=n_frames, n_controls=n_controls,
-                      control_mass=control_mass, seed=seed, min_query=min_query, n_components=n_components)
+    test = frame_test(tensors, shape, sizes=sizes, subspace=subspace, other_subspaces=other_subspaces,
+                      n_frames=n_frames, n_controls=n_controls, control_mass=control_mass, seed=seed,
+                      min_query=min_query, n_components=n_components)
     observed, nulls, p, effects = test["observed"], test["nulls"], test["p"], test["effects"]
     exceeds = {key: holm(list(values)) for key, values in p.items()}
     numbers = {
@@ -292,6 +299,20 @@ def qk_rotation_null(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_
         formats={"antisymmetric share": ".2f", "whole space, 95th pct.": ".2f", "P's subspace, 95th pct.": ".2f"})
     sizes_table = Table(("directions", "exceed, whole space", "exceed, P's subspace"),
                         tuple((k, _heads(exceeds["whole", k]), _heads(exceeds["subspace", k])) for k in sorted(sizes)))
+    subspaces_table = Table(("directions of P", "exceed, P's subspace"),
+                            tuple((m, _heads(exceeds[f"subspace{m}" if m != subspace else "subspace", k0]))
+                                  for m in sorted((subspace, *other_subspaces))))
+    for m in other_subspaces:
+        flags = exceeds[f"subspace{m}", k0]
+        numbers[f"subspace{m}_n_exceed"] = Number(sum(flags), "d", f"heads exceeding the null in P's top {m} (Holm)")
+        numbers[f"subspace{m}_heads_exceed"] = Text(_heads(flags), f"those heads (P's top {m}, {k0} directions)")
+    numbers["other_subspaces"] = Text(spoken_list(other_subspaces), "other sizes of P's subspace tried")
+    verdicts = {m: any(exceeds[f"subspace{m}" if m != subspace else "subspace", k0])
+                for m in sorted((subspace, *other_subspaces))}
+    numbers["subspaces_no_head"] = Text(spoken_list(m for m, some in verdicts.items() if not some),
+                                        "sizes of P's subspace in which no head exceeds the null")
+    numbers["subspaces_some_head"] = Text(spoken_list(m for m, some in verdicts.items() if some),
+                                          "sizes of P's subspace in which some head exceeds the null")
     intervention = Table(
         ("head", "current key", "antisymmetric part out", "symmetric part out", "whole form out",
          "random frames out (whole space)", "random frames out (P's subspace)", "distance", "distance, antisymmetric out"),
@@ -302,13 +323,15 @@ def qk_rotation_null(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_
         formats={"current key": ".3f", "antisymmetric part out": ".3f", "symmetric part out": ".3f",
                  "whole form out": ".3f", "random frames out (whole space)": ".3f",
                  "random frames out (P's subspace)": ".3f", "distance": ".1f", "distance, antisymmetric out": ".1f"})
-    return Result(numbers, {"heads": heads, "sizes": sizes_table, "intervention": intervention},
+    return Result(numbers, {"heads": heads, "sizes": sizes_table, "subspaces": subspaces_table,
+                            "intervention": intervention},
                   {"shares": observed[k0], "whole": nulls["whole"][k0], "subspace": nulls["subspace"][k0]})
 
 
 register(
     "qk_rotation_null", "Layer-0 QK rotations against random frames, and without them", qk_rotation_null,
     needs=NEEDS, family_needs=FAMILY_NEEDS,
-    params={"n_components": 3, "other_sizes": (2, 4, 6), "subspace": 30, "n_frames": 9999, "n_controls": 10,
+    params={"n_components": 3, "other_sizes": (2, 4, 6), "subspace": 30, "other_subspaces": (5, 10, 20, 50, 100),
+            "n_frames": 9999, "n_controls": 10,
             "control_mass": 0.2, "seed": 0, "min_query": 32},
 )

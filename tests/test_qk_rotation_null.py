@@ -220,3 +220,14 @@ def test_the_old_wording_and_the_old_null_do_not_come_back():
     assert "qk_rotation_null.subspace_n_exceed" in appendix and "qk_rotation_null.subspace_n_exceed" in chapter
     assert "symmetric first-position head" in chapter and "symmetric first-position head" in appendix
     assert "qk_rotation_null.head3_mass_self_random_subspace" in chapter
+
+
+def test_the_subspace_null_holds_over_the_sizes_the_chapter_names():
+    """No head exceeds in P's top 5 to 50 directions; heads do only in its top 100, the size whose P-energy the
+    chapter cites (learned_mass_top100) beside the top 30's."""
+    numbers = cached("gpt2", "qk_rotation_null")
+    assert numbers["subspaces_no_head"] == "5, 10, 20, 30 and 50" and numbers["subspaces_some_head"] == "100"
+    assert numbers["subspace100_n_exceed"] > 0 and numbers["subspace50_n_exceed"] == 0
+    assert numbers["subspace"] == 30  # the chapter cites learned_mass_top30 for it
+    chapter = flat((ROOT / "report" / "attention.qmd").read_text())
+    assert "low_rank.learned_mass_top100" in chapter and "qk_rotation_null.subspace100_heads_exceed" in chapter
