@@ -16,8 +16,9 @@ the heads of the layer at the report's familywise rate (`toolkit.pvalues`), one 
 Intervention, per head, with its controls: the attention pattern of the position rows alone with a part of the
 top-k form taken out of the scores, S − C X Cᵀ (C the coordinates of the standardised rows on B), for X the
 antisymmetric part (M − Mᵀ)/2, the symmetric part (M + Mᵀ)/2 and the whole form M, and for the antisymmetric part of
-the form on random k-frames of either null; read in the statistics that classify heads
-(`toolkit.attention.head_statistics`): the mean attention on the current key and the mean distance attended.
+the form on random k-frames of either null (for heads with at least `control_mass` on the current key); read in two
+of the statistics that classify heads (`toolkit.attention.head_statistics`, computed here without the others): the
+mean attention on the current key and the mean distance attended.
 """
 
 from __future__ import annotations
