@@ -448,6 +448,15 @@ def attention_alignment(tensors: Mapping[str, np.ndarray], shape: ModelShape, *,
         numbers[f"later_max_layer_k{k}"] = Number(int(where[0]) + 1, "d", f"layer of that maximum at k = {k}")
         numbers[f"later_max_matrix_k{k}"] = Number(int(where[1]), "d",
                                                    f"column of that maximum ({', '.join(column_label(*v) for v in VARIANTS)})")
+        kind, variant = VARIANTS[int(where[1])]
+        layer = int(where[0]) + 1
+        raw = VARIANTS.index((kind, "raw")) if (kind, "raw") in VARIANTS else int(where[1])
+        numbers[f"later_max_raw_k{k}"] = Number(enrichment[i, layer, raw], ".1f",
+                                                f"the raw W_{kind} of that layer: enrichment at k = {k}")
+        gain = input_gain(tensors, shape, layer)
+        numbers[f"later_max_gain_ratio_k{k}"] = Number(
+            np.sum((gain[:, None] * basis[:, :k]) ** 2) / k / np.mean(gain**2), ".1f",
+            f"that layer: mean γ² along P's top-{k} directions relative to the mean γ² of all dimensions")
         mid = enrichment[i, 3:] if L > 3 else later
         numbers[f"deep_median_k{k}"] = Number(float(np.median(mid)), ".2f",
                                               f"median enrichment over layers ≥ 3 and all columns at k = {k}")

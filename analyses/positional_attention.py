@@ -67,11 +67,12 @@ def layer0_heads(tensors: Mapping[str, np.ndarray], shape: ModelShape):
 
 
 REFERENCE_CONTEXT = 1024
-"""The context length at which the local window is `local_width` tokens; other contexts scale it (like with like)."""
+"""The context length at which the scaled local window (the variant) equals the absolute one, `local_width` tokens."""
 
 
 def scaled_width(local_width: int, n_ctx: int) -> int:
-    """The local window for a context of n_ctx positions: `local_width` per REFERENCE_CONTEXT positions, at least 2."""
+    """The variant's local window for a context of n_ctx positions: `local_width` per REFERENCE_CONTEXT positions, at
+    least 2 (the same fraction of every context; the classes themselves use the absolute window, a token distance)."""
     return max(2, round(local_width * n_ctx / REFERENCE_CONTEXT))
 
 
@@ -88,11 +89,13 @@ def class_counts(stats: list[dict], key_masses: tuple[float, ...], widths: tuple
 def positional_attention(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, min_query: int,
                          key_mass: float, local_width: int, max_offset: int, zoom: int,
                          pool: int, key_mass_range: tuple[float, ...], width_factors: tuple[float, ...]) -> Result:
-    """Layer-0 attention patterns of the position rows alone, each head's offset profile and class; the class
-    counts again over a grid of thresholds (`key_mass_range`) and windows (`width_factors` times the model's)."""
+    """Layer-0 attention patterns of the position rows alone, each head's offset profile and class, local attention
+    judged by an absolute window of `local_width` tokens; the classes again with the window scaled to the context
+    (`scaled_width`); the class counts over a grid of thresholds (`key_mass_range`) and windows (`width_factors`
+    times either window)."""
     causal = shape.family == "gpt2"
     n = shape.n_ctx
-    local_width = scaled_width(local_width, n)
+    scaled = scaled_width(local_width, n)
     queries = query_rows(n, causal, min_query)
     offsets = np.arange(0 if causal else -max_offset, max_offset + 1)
     profiles, zooms, pooled, rows, classes = [], [], [], [], []
@@ -100,8 +103,10 @@ def positional_attention(tensors: Mapping[str, np.ndarray], shape: ModelShape, *
         "min_query": Number(min_query, "d", "queries i < min_query are left out of every average"),
         "key_mass": Number(key_mass, ".2f", "mean attention on one key that makes a current-, previous-token or "
                                               "first-position head"),
-        "local_width": Number(local_width, "d", f"largest half-width |i − j| of a local-window head (scaled with the "
-                                                f"context: {REFERENCE_CONTEXT} positions take the window of GPT-2)"),
+        "local_width": Number(local_width, "d", "largest half-width |i − j| of a local-window head, in tokens (the same "
+                                                "in every model)"),
+        "local_width_scaled": Number(scaled, "d", f"the variant's window, scaled to the context ({local_width} tokens "
+                                                  f"per {REFERENCE_CONTEXT} positions)"),
         "pool": Number(pool, "d", "tile size of the max-pooled full patterns"),
         "zoom": Number(zoom, "d", "positions shown in the zoomed patterns"),
     }
@@ -129,7 +134,12 @@ def positional_attention(tensors: Mapping[str, np.ndarray], shape: ModelShape, *
         key = label.replace("-", "_").replace(" ", "_")
         numbers[f"n_{key}"] = Number(len(members), "d", f"layer-0 heads classified {label}")
         numbers[f"heads_{key}"] = Text(spoken_list(members), f"the layer-0 heads classified {label}")
-    widths = tuple(max(2, round(f * local_width)) for f in width_factors)
+    for label in ("local window", "diffuse"):  # the variant: the window scaled to the context
+        members = [h for h, stats in enumerate(all_stats) if label in classify(stats, key_mass=key_mass, local_width=scaled)]
+        key = label.replace(" ", "_")
+        numbers[f"n_{key}_scaled"] = Number(len(members), "d", f"layer-0 heads classified {label}, window scaled")
+        numbers[f"heads_{key}_scaled"] = Text(spoken_list(members), "those heads, window scaled to the context")
+    widths = tuple(sorted({max(2, round(f * w)) for f in width_factors for w in (local_width, scaled)}))
     grid = class_counts(all_stats, key_mass_range, widths)
     for label in CLASSES:
         key = label.replace("-", "_").replace(" ", "_")

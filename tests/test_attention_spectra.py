@@ -247,3 +247,25 @@ def test_qk_symmetry_counts_a_planted_antisymmetric_head_in_the_tail():
     n = qk_symmetry(tensors, shape, n_random=50, seed=0).numbers
     assert n["s_min"].value == pytest.approx(-1.0) and n["d_max_head"].value == "0.1"
     assert n["n_above_random"].value >= 1 and "1 (s = -1.000)" in n["layer0_antisymmetric"].value
+
+
+def test_the_strongest_later_reader_carries_its_raw_enrichment_and_its_layers_gain():
+    """Layer 1's K = [A; B] reads P's top-3 subspace (the first three axes) through A and the rest through B, and its
+    gain is 3 on those axes, 1 elsewhere: raw enrichment ‖A‖² / ‖K‖² · D/3, folded 9‖A‖² / (9‖A‖² + ‖B‖²) · D/3 (the
+    larger, so the later maximum), and the gain ratio 9 / mean(γ²) = 9 D / (27 + D − 3)."""
+    from analyses.attention_spectra import attention_alignment
+
+    rng = np.random.default_rng(10)
+    P = rng.standard_normal((64, 3)) @ np.diag([5.0, 3.0, 2.0]) @ np.eye(D)[:3]
+    A, B = rng.standard_normal((3, D)), 0.3 * rng.standard_normal((D - 3, D))
+    layer1 = _layer_tensors(rng, {"K": np.vstack([A, B])}, 4, 1)
+    layer1["blocks.1.ln1.w"] = np.where(np.arange(D) < 3, 3.0, 1.0)
+    tensors = _layer_tensors(rng, {"Q": 0.01 * rng.standard_normal((D, D))}, 4) | layer1 | {"W_pos": P}
+    shape = ModelShape("planted", "gpt2", D, 64, 2, 4, 10, 4 * D, "pre")
+    numbers = {k: v.value for k, v in attention_alignment(tensors, shape, ks=(3,), n_overlap_vectors=2,
+                                                          overlap_k=2).numbers.items()}
+    a, b = np.sum(A**2), np.sum(B**2)
+    assert numbers["later_max_layer_k3"] == 1 and numbers["later_max_matrix_k3"] == 4  # diag(γ) W_K
+    assert numbers["later_max_k3"] == pytest.approx(9 * a / (9 * a + b) * D / 3, rel=1e-9)
+    assert numbers["later_max_raw_k3"] == pytest.approx(a / (a + b) * D / 3, rel=1e-9)
+    assert numbers["later_max_gain_ratio_k3"] == pytest.approx(9 * D / (27 + D - 3), rel=1e-9)

@@ -262,3 +262,28 @@ def test_class_counts_over_the_grid_follow_the_thresholds():
     assert grid[0.2, 16]["previous-token"] == 1 and grid[0.2, 16]["diffuse"] == 1
     assert grid[0.25, 16]["local window"] == 1 and grid[0.25, 8]["diffuse"] == 2
     assert grid[0.25, 64]["local window"] == 2 and grid[0.15, 64]["previous-token"] == 1
+
+
+def test_the_local_window_is_a_token_distance_and_the_scaled_window_a_variant():
+    """A head with equal scores attends uniformly to the keys j ≤ i: over 64 positions and queries from 8 its
+    half-width lies between 2 and 32 tokens, so the absolute window of 32 tokens makes it local, while the window
+    scaled to the context (32 · 64/1024 → 2) makes it diffuse. Both are reported; the class is the absolute one."""
+    from analyses.engine.sources import ModelShape
+    from analyses.positional_attention import positional_attention
+
+    D, H, n = 8, 2, 64
+    rng = np.random.default_rng(0)
+    tensors = {"W_pos": rng.standard_normal((n, D)), "blocks.0.attn.W_Q": np.zeros((H, D, 4)),
+               "blocks.0.attn.W_K": np.zeros((H, D, 4)), "blocks.0.attn.b_Q": np.zeros((H, 4)),
+               "blocks.0.attn.b_K": np.zeros((H, 4)), "blocks.0.ln1.w": np.ones(D), "blocks.0.ln1.b": np.zeros(D)}
+    shape = ModelShape("uniform", "gpt2", D, n, 1, H, 10, 4 * D, "pre")
+    result = positional_attention(tensors, shape, min_query=8, key_mass=0.2, local_width=32, max_offset=4, zoom=8,
+                                  pool=4, key_mass_range=(0.2,), width_factors=(1.0,))
+    numbers = {k: v.value for k, v in result.numbers.items()}
+    assert 2 < numbers["head0_half_width"] <= 32
+    assert numbers["local_width"] == 32 and numbers["local_width_scaled"] == 2
+    assert numbers["n_local_window"] == 2 and numbers["n_diffuse"] == 0
+    assert numbers["n_local_window_scaled"] == 0 and numbers["n_diffuse_scaled"] == 2
+    assert result.tables["heads"].column("class") == ["local window", "local window"]
+    assert (numbers["width_low"], numbers["width_high"]) == (2, 32)  # the grid holds both windows
+    assert (numbers["n_local_window_min"], numbers["n_local_window_max"]) == (0, 2)
