@@ -179,7 +179,8 @@ def check_committed(name: str, directory: Path) -> None:
     restore = (f"so the committed model {name} is damaged: restore it with "
                f"`git checkout -- {directory.parent.name}/{name}`")
     if not directory.is_dir():
-        raise WeightsError(f"{directory} is missing, {restore}")
+        raise WeightsError(f"{directory} is missing: restore it with `git checkout -- {directory.parent.name}/{name}`, "
+                           f"or train it with `python -m analyses train --model {name}`")
     signature = _signature(directory)
     if _CHECKED.get(directory) == signature:
         return

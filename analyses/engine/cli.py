@@ -23,11 +23,12 @@ Exit codes: 0 done, or everything fresh (verify: reproduced); 1 (status) somethi
 orphaned, left over or cited wrongly, the provenance page included (explain: the key's entry is stale;
 verify, explain --recompute: a value outside its declared accuracy, or a printed string changed;
 provenance --check: the page differs from the cache's); 2 a usage or input error (unknown model,
-analysis or key, unusable weights, a damaged committed model, a computed result that would become
-skipped, a cited entry, damaged or gone, that a targeted run would drop, no repository); 3 (status,
+analysis or key, arguments that plan nothing, unusable weights, a damaged committed run, for every command and
+every analysis that reads it, a computed result that would become skipped, a cited entry or model shape that a
+targeted run would drop, no repository); 3 (status,
 verify) fresh as far as it could be checked, but some model's weights were unavailable (the hub, not
 named), so their fingerprints were not checked; 4 an operating-system error (disk full, read-only
-files, permissions); 5 a worker died without its result (killed by a signal: SIGKILL, SIGSEGV);
+files, permissions, an output file that cannot be written); 5 a worker died without its result (killed by a signal: SIGKILL, SIGSEGV);
 130 interrupted (SIGINT); 143 terminated (SIGTERM, handled like SIGINT). Every error is one line on
 stderr; a closed stdout (`status | head -1`) is not an error.
 """
