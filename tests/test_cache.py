@@ -407,7 +407,7 @@ def test_cited_values_stay_strings_for_a_yaml_1_2_reader(cache, tmp_path):
     outputs = Outputs()
     numbers = {"sci": "6.68e5", "small": "1e-4", "zero": "0.00e0", "int": "12", "pct": "90.4%", "word": "none",
                "boolean": "true", "empty": "", "neg": "-0.5", "list": "3, 4 and 7"}
-    outputs.add_json("numbers.json", {k: {"value": 0, "text": v, "description": ""} for k, v in numbers.items()})
+    outputs.add_json("numbers.json", {k: {"value": v, "text": v, "description": ""} for k, v in numbers.items()})
     manifest = {"status": "ok", "reason": None, "input": input_fingerprint(None, "c" * 64, {}, library_versions()),
                 "shape": None}
     cache.write("common", "x", manifest, outputs)

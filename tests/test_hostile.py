@@ -814,3 +814,235 @@ def test_a_bert_config_with_another_activation_is_refused(tmp_path):
     assert shape_from_config("b", {**bert, "hidden_act": "gelu"}).family == "bert"
     with pytest.raises(WeightsError, match='hidden_act "relu" is not implemented'):
         shape_from_config("b", {**bert, "hidden_act": "relu"})
+
+
+# ---------------------------------------------------------------------------
+# 11. Round four (issue 47): committed runs read as data, `compare`, resealed texts, empty plans, locales
+
+
+@pytest.fixture
+def grid(tmp_path, monkeypatch):
+    """The committed runs as the engine reads them, each a link to the checkout's (read only here) but the one a
+    test damages, which `grid.damage(name)` copies first."""
+    from analyses.engine import training
+
+    models = tmp_path / "models"
+    models.mkdir()
+    for run in sorted(p.name for p in training.MODELS_DIR.iterdir() if (p / "SHA256SUMS").is_file()):
+        (models / run).symlink_to(training.MODELS_DIR / run)
+    monkeypatch.setattr(training, "MODELS_DIR", models)
+
+    def damage(name: str) -> Path:
+        (models / name).unlink()
+        shutil.copytree(REPO / "models" / name, models / name)
+        return models / name
+
+    return SimpleNamespace(models=models, damage=damage)
+
+
+def _edit_warmup(directory: Path) -> None:
+    path = directory / "training.json"
+    path.write_text(path.read_text().replace('"warmup": 30', '"warmup": 45'))
+
+
+def _scale_a_snapshot_row(directory: Path) -> None:
+    from safetensors.numpy import load_file
+
+    history = load_file(str(directory / "history.safetensors"))
+    history["history.W_pos"][-1, 0] *= 30
+    save_file(history, str(directory / "history.safetensors"))
+
+
+GRID_DAMAGES = {"training.json does not match SHA256SUMS": _edit_warmup,
+                "history.safetensors does not match SHA256SUMS": _scale_a_snapshot_row,
+                "history.safetensors is missing": lambda d: (d / "history.safetensors").unlink()}
+
+
+def _never(what: str):
+    def fail(*args, **kwargs):
+        raise AssertionError(f"{what}: nothing may be computed from a damaged committed run")
+    return fail
+
+
+@pytest.mark.parametrize("expect", GRID_DAMAGES)
+@pytest.mark.parametrize("command", ["status", "run", "verify"])
+def test_a_damaged_grid_run_read_as_data_is_an_error(grid, tmp_path, capsys, monkeypatch, command, expect):
+    """Issue 47, 1: `training_grid` reads every run's history and record; a damaged one is exit 2 with the `git
+    checkout` that restores it, before anything is computed or written."""
+    monkeypatch.setattr(workers, "run_all", _never(command))
+    GRID_DAMAGES[expect](grid.damage("kjv-small"))
+    root = make_repository(tmp_path / "repo")
+    before = tree(root)  # the model planned is another run: kjv-small is read only as the grid's data
+    code, _, err = call(capsys, command, "training_grid", "--model", "kjv-small-seed1", "--root", str(root))
+    line = one_line(err)
+    assert code == cli.EXIT_USAGE and f"{grid.models}/kjv-small/{expect}" in line
+    assert "`git checkout -- models/kjv-small`" in line and tree(root) == before
+
+
+def test_explain_and_window_shape_check_the_runs_they_read(grid, capsys, monkeypatch):
+    monkeypatch.setattr(workers, "run_all", _never("verify"))
+    _scale_a_snapshot_row(grid.damage("kjv-gpt2-ctx128"))
+    expect = f"{grid.models}/kjv-gpt2-ctx128/history.safetensors does not match SHA256SUMS"
+    code, _, err = call(capsys, "explain", "common.training_grid.base_warmup", "--root", str(REPO))
+    assert code == cli.EXIT_USAGE and expect in one_line(err)
+    code, _, err = call(capsys, "verify", "window_shape", "--model", "kjv-gpt2", "--root", str(REPO))
+    assert code == cli.EXIT_USAGE and expect in one_line(err)
+
+
+@pytest.mark.parametrize("damage", [_flip_a_byte, lambda d: (d / "history.safetensors").unlink()])
+def test_train_refuses_a_damaged_committed_run(grid, capsys, monkeypatch, damage):
+    """Issue 47, 8: not "fresh", and never a retraining: the `git checkout` that restores it."""
+    from analyses.engine import training
+
+    monkeypatch.setattr(training, "train", _never("train"))
+    damage(grid.damage("kjv-small-seed1"))
+    code, out, err = call(capsys, "train", "--model", "kjv-small-seed1")
+    assert code == cli.EXIT_USAGE and "fresh" not in out
+    assert "`git checkout -- models/kjv-small-seed1`" in one_line(err)
+
+
+def _sealed(repo, damage) -> Path:
+    """Apply `damage` to numbers.json of tiny_gpt2/position_matrix and reseal its manifest, as a forger would."""
+    entry = repo.cache.entry("tiny_gpt2", "position_matrix")
+    damage(entry / "numbers.json")
+    manifest = json.loads((entry / "manifest.json").read_text())
+    manifest["outputs"]["numbers.json"] = cache_module._sha((entry / "numbers.json").read_bytes())
+    manifest[cache_module.SEAL] = cache_module._seal(manifest)
+    (entry / "manifest.json").write_text(json.dumps(manifest))
+    return entry
+
+
+def _text_not_its_value(path: Path) -> None:
+    numbers = json.loads(path.read_text())
+    numbers["norm_mean"]["text"] = "9.99"
+    path.write_text(json.dumps(numbers))
+
+
+@pytest.mark.parametrize("damage, expect", [
+    (_text_not_its_value, "numbers.json cites norm_mean as '9.99', which is not its value"),
+    (lambda path: path.write_text("[1, 2]"), "numbers.json is not an object of numbers"),
+])
+def test_a_resealed_numbers_file_is_never_cited(repo, capsys, damage, expect):
+    """Issue 47, 5 and 12: a text that is not its value's formatting, or numbers.json not an object, behind a
+    resealed manifest: stale for `status` and `verify`, unknown to `explain` and `provenance`, recomputed by `run`;
+    never cited, never a traceback."""
+    variables = repo.cache.variables.read_bytes()
+    _sealed(repo, damage)
+    code, out, err = call(capsys, "status", *repo.args)
+    assert code == cli.EXIT_STALE and expect in out and not err
+    code, out, err = call(capsys, "verify", *repo.args)
+    assert code == cli.EXIT_STALE and expect in out and "Traceback" not in err
+    code, out, err = call(capsys, "explain", "tiny_gpt2.position_matrix.norm_mean", "--weights", str(repo.weights),
+                          "--root", str(repo.root))
+    assert code == cli.EXIT_USAGE and "fresh" not in out and "no verified cache entry holds it" in one_line(err)
+    assert call(capsys, "run", "--quiet", *repo.args)[0] == 0
+    assert repo.cache.variables.read_bytes() == variables and b"9.99" not in variables
+    assert call(capsys, "status", *repo.args)[0] == 0
+
+
+def test_a_targeted_run_on_other_weights_never_drops_the_cited_shape(repo, capsys):
+    """Issue 47, 7: the same tensors saved again (another sha256, the same numbers); a run of one analysis would
+    leave the scope's entries disagreeing, so `_variables.yml` would lose tiny_gpt2.model: refused, nothing written."""
+    from safetensors.numpy import load_file
+
+    path = repo.weights / "model.safetensors"
+    save_file(load_file(str(path)), str(path), metadata={"saved": "again"})
+    assert "d_model" in _cited(repo, "tiny_gpt2", "model")
+    refused(capsys, repo, "position_matrix", *repo.args[len(NAMES):],
+            expect="so _variables.yml would drop the cited tiny_gpt2.model keys")
+    assert call(capsys, "run", "--quiet", *repo.args)[0] == 0  # every entry of the model: the shape is kept
+    assert _cited(repo, "tiny_gpt2", "model")["d_model"] == "8"
+
+
+@pytest.mark.parametrize("line", ["{digest}  ./{file}", "{digest} *{file}", "{digest}  sub/../{file}",
+                                  "SHA256 ({file}) = {digest}"])
+def test_checksums_are_read_however_they_name_the_files(repo, capsys, line):
+    """Issue 47, 3: `sha256sum ./model.safetensors` listed no file read, so nothing was checked; binary mode
+    (`*`), a path through a folder and the `--tag` form name the same files."""
+    (repo.weights / "SHA256SUMS").write_text("".join(
+        line.format(digest=sources.sha256_file(repo.weights / file), file=file) + "\n"
+        for file in ("model.safetensors", "config.json")))
+    assert call(capsys, "status", *repo.args)[0] == 0
+    _flip_a_byte(repo.weights)
+    refused(capsys, repo, "--force", *repo.args, expect="do not match SHA256SUMS")
+
+
+def test_a_file_read_but_not_in_the_checksums_is_an_error(repo, capsys):
+    (repo.weights / "SHA256SUMS").write_text(f"{sources.sha256_file(repo.weights / 'config.json')}  config.json\n")
+    refused(capsys, repo, "--force", *repo.args, expect="is not listed in its SHA256SUMS")
+
+
+def test_a_tensor_stored_under_two_names_is_refused(repo, capsys):
+    """Issue 47, 4: which copy `run` read depended on the hash seed."""
+    state = _state()
+    save_file({**state, "transformer.wpe.weight": state["wpe.weight"] * 2}, str(repo.weights / "model.safetensors"))
+    refused(capsys, repo, "--force", *repo.args, expect="holds 'wpe.weight' twice")
+    code, _, err = call(capsys, "status", *repo.args)
+    assert code == cli.EXIT_USAGE and "holds 'wpe.weight' twice" in one_line(err)
+
+
+@pytest.mark.parametrize("command", ["run", "status", "verify", "list"])
+def test_an_empty_plan_is_an_error(tmp_path, capsys, command):
+    """Issue 47, 9: `verify helix --model kjv-small` reproduced "all 0 results"."""
+    root = make_repository(tmp_path / "repo")
+    code, out, err = call(capsys, command, "helix", "--model", "kjv-small", "--root", str(root))
+    assert code == cli.EXIT_USAGE and "all 0" not in out
+    assert "nothing to do: helix runs on none of the models named (kjv-small)" in one_line(err)
+    assert tree(root) == tree(make_repository(tmp_path / "empty"))
+
+
+@pytest.mark.parametrize("threads", ["99999999999999999999", "100000", "0"])
+def test_threads_are_bounded_by_the_cores(tmp_path, capsys, threads):
+    """Issue 47, 11: an OverflowError traceback, or a number printed as if used."""
+    root = make_repository(tmp_path / "repo")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["verify", "--threads", threads, "position_matrix", "--model", "kjv-gpt2", "--root", str(root)])
+    assert exit_info.value.code == cli.EXIT_USAGE
+    assert f"expected a whole number from 1 to {os.cpu_count()}" in one_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("wpe", [np.full((16, 8), 0.25, dtype=np.float32),
+                                 np.tile(np.arange(8, dtype=np.float32), (16, 1))])
+def test_a_degenerate_table_is_one_line(repo, capsys, wpe):
+    """Issue 47, 10: a constant table (or every row the same) is not a trained one."""
+    save_file(_state(**{"wpe.weight": wpe}), str(repo.weights / "model.safetensors"))
+    refused(capsys, repo, "--force", *repo.args, expect="'wpe.weight' has every row the same")
+
+
+def test_verify_refuses_an_unwritable_ratios_file_before_recomputing(repo, capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(workers, "run_all", _never("verify"))
+    target = tmp_path / "absent" / "ratios.json"
+    code, _, err = call(capsys, "verify", "--ratios", str(target), *repo.args)
+    assert code == cli.EXIT_OS and one_line(err).endswith(f": {target}")
+
+
+def test_a_weights_path_that_is_a_file_says_so(repo, capsys):
+    args = [*NAMES, "--model", "tiny-gpt2", "--weights", str(repo.weights / "config.json"), "--root", str(repo.root)]
+    code, _, err = call(capsys, "status", *args)
+    assert code == cli.EXIT_USAGE and "config.json is a file, not a directory" in one_line(err)
+
+
+def test_explain_suggests_keys_by_what_was_typed(repo, capsys):
+    code, _, err = call(capsys, "explain", "tiny_gpt2.position_matrix.norm_me", "--root", str(repo.root))
+    assert code == cli.EXIT_USAGE and "did you mean tiny_gpt2.position_matrix.norm_mean" in one_line(err)
+
+
+def _book(repo) -> None:
+    """A book of one chapter with non-ASCII text, its variables and provenance page written."""
+    (repo.root / "index.qmd").write_text("# Où — ±\n\nNorme moyenne : {{< var tiny_gpt2.position_matrix.norm_mean >}} "
+                                         "(λ₂/λ₁ ≈ …).\n", encoding="utf-8")
+    (repo.root / "_quarto.yml").write_text("project: {type: book}\nbook:\n  title: Où — ±\n  chapters: [index.qmd]\n"
+                                           "  appendices: [report/provenance.qmd]\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize("command", [["status"], ["run", "--quiet"]])
+def test_text_is_utf8_whatever_the_locale(repo, capsys, command):
+    """Issue 47, 13: under the C locale (ASCII), every file is still read and written as UTF-8."""
+    _book(repo)
+    assert call(capsys, "run", "--quiet", *repo.args)[0] == 0
+    assert call(capsys, "provenance", "--root", str(repo.root))[0] == 0
+    before = tree(repo.root)
+    done = subprocess.run([PYTHON, "-c", DRIVER, *command, *repo.args], capture_output=True, text=True,
+                          env=_env(LC_ALL="C", LANG="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0"), timeout=120)
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    assert tree(repo.root) == before

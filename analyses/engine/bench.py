@@ -67,7 +67,7 @@ class Timing:
 def _pss_mb(pid: int) -> float:
     """PSS of one process in MB (0 when it is gone)."""
     try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text(encoding="utf-8").splitlines():
             if line.startswith("Pss:"):
                 return int(line.split()[1]) / 1024
     except OSError:
@@ -81,7 +81,7 @@ def _tree(pid: int) -> list[int]:
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                ppid = int((entry / "stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()[1])
             except (OSError, IndexError, ValueError):
                 continue
             children.setdefault(ppid, []).append(int(entry.name))
@@ -152,7 +152,7 @@ def cold_and_warm(repository: Path, names=(), models=(), repeats: int = 3
             root = _empty_repository(tmp, repository)
             cold.append(timed(_run(root, names, models)))
             warm.append(timed(_run(root, names, models)))
-            for label, measure in json.loads((root / CACHE_DIR / TIMINGS).read_text()).items():
+            for label, measure in json.loads((root / CACHE_DIR / TIMINGS).read_text(encoding="utf-8")).items():
                 jobs.setdefault(label, []).append(measure)
     per_job = {label: {key: statistics.median(m[key] for m in ms) for key in ("wall", "cpu", "peak_mb")}
                for label, ms in jobs.items()}

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analyses.engine.fingerprints import changed_libraries
-from analyses.engine.results import Number, Result
+from analyses.engine.results import Number, Result, format_value
 
 COMMON = "common"
 CACHE_DIR = Path("report") / "_cache"
@@ -165,6 +165,58 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+def miscited(path: Path) -> str | None:
+    """Why a numbers.json cannot be cited as it stands (a sentence), or None: it must be an object of numbers, each
+    with a text that is its value as its format prints it (a text alone: the value itself). A sealed entry is not
+    thereby right: this is what resealing cannot make agree."""
+    try:
+        numbers = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return "numbers.json is not readable JSON"
+    if not isinstance(numbers, dict) or not all(isinstance(n, dict) and isinstance(n.get("text"), str)
+                                                for n in numbers.values()):
+        return "numbers.json is not an object of numbers, each with its text"
+    for key, number in numbers.items():
+        value, fmt = number.get("value"), number.get("format")
+        try:
+            printed = value if fmt is None else format_value(value, fmt) if isinstance(fmt, str) and isinstance(
+                value, (int, float)) and not isinstance(value, bool) else None
+        except (TypeError, ValueError):
+            printed = None
+        if printed != number["text"]:
+            return f"numbers.json cites {key} as {number['text']!r}, which is not its value {value!r} as printed"
+    return None
+
+
+def writable(path: Path) -> None:
+    """Refuse now, before any work, an output file that cannot be written where the user named it (an OSError naming
+    it): a directory, a folder that does not exist, or one without write permission."""
+    target = Path(os.path.realpath(path))
+    if target.is_dir():
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    if not target.parent.is_dir():
+        raise FileNotFoundError(errno.ENOENT, f"{os.strerror(errno.ENOENT)} (its folder)", str(path))
+    where = target if target.exists() and not target.is_file() else target.parent
+    if not os.access(where, os.W_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+
+def write_output(path: Path, data: bytes) -> None:
+    """Write an output file the user named, as named: a symlink's target, never the link; a FIFO or a device as a
+    stream into it, never replaced by a file; a regular file (or a new one) whole or not at all (`atomic_write`).
+    An OSError names `path`, never a temporary file."""
+    try:
+        writable(path)
+        target = Path(os.path.realpath(path))
+        if target.exists() and not target.is_file():
+            with open(target, "wb") as stream:
+                stream.write(data)
+        else:
+            atomic_write(target, data)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
+
+
 @dataclass
 class Outputs:
     """The files of one cache entry, as bytes, before they are written."""
@@ -261,7 +313,7 @@ class Cache:
         """The entry's manifest, or None when it is missing, unreadable or not of the structure written."""
         path = self.entry(scope, name) / "manifest.json"
         try:
-            manifest = json.loads(path.read_text())
+            manifest = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             return None
         return manifest if _well_formed(manifest) else None
@@ -281,7 +333,7 @@ class Cache:
                 return f"output {file} is missing"
             if _sha(path.read_bytes()) != digest:
                 return f"output {file} was modified after it was written"
-        return None
+        return miscited(directory / "numbers.json") if "numbers.json" in manifest["outputs"] else None
 
     def staleness(self, scope: str, name: str, inputs: dict, check_weights: bool = True) -> str | None:
         """Why the entry does not match `inputs` (a sentence), or None when it is fresh.
@@ -325,7 +377,7 @@ class Cache:
             new.chmod(0o777 & ~_umask())
             for file, data in outputs.files.items():
                 (new / file).write_bytes(data)
-            (new / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+            (new / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
             swapped = os.path.lexists(final) and _exchange(new, final)  # `new` now holds the old entry
             if not swapped:
                 if os.path.lexists(final):
@@ -352,7 +404,7 @@ class Cache:
 
     def _timings(self) -> dict[str, dict]:
         try:
-            timings = json.loads((self.root / TIMINGS).read_text())
+            timings = json.loads((self.root / TIMINGS).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             return {}
         return {k: v for k, v in timings.items() if isinstance(v, dict)} if isinstance(timings, dict) else {}

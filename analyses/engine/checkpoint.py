@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import posixpath
+import re
 import struct
 from pathlib import Path
 
@@ -84,6 +87,9 @@ def plausible_or_raise(array: np.ndarray, what: str) -> np.ndarray:
                            f"{MAX_MAGNITUDE:g} for a weight: the file is corrupted")
     if array.ndim >= 2 and not np.any(array):
         raise WeightsError(f"{what} is all zeros: not a trained weight matrix")
+    rows = array.reshape(-1, array.shape[-1]) if array.ndim >= 2 else array[:0]
+    if len(rows) > 1 and (rows == rows[0]).all():
+        raise WeightsError(f"{what} has every row the same: a degenerate table, not a trained weight matrix")
     return array
 
 
@@ -116,3 +122,76 @@ class SafetensorsFile:
                 return f.get_tensor(name)
         except Exception as exc:  # the library's own error type differs between versions
             raise WeightsError(f"cannot read tensor {name!r} from {self.path}: {exc}") from None
+
+
+SUMS = "SHA256SUMS"
+SUMS_LINE = re.compile(r"([0-9a-fA-F]{64}) [ *](.+)")
+"""One line of a `sha256sum` output: the digest, a space, a space or `*` (binary mode), the file name."""
+SUMS_TAG = re.compile(r"SHA256 \((.+)\) = ([0-9a-fA-F]{64})")
+"""One line of a BSD-style (`sha256sum --tag`, `shasum`) output."""
+
+
+def read_sums(path: Path) -> dict[str, str]:
+    """{file: sha256} from a SHA256SUMS file, whose every non-blank line must be a `sha256sum` line (or its `--tag`
+    form). A name is read relative to the file's directory however it is written (`./x`, `*x`, `a/../x`); one that
+    points outside the directory, or is listed twice with different digests, is a WeightsError."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise WeightsError(f"{path} is not a text file of checksums") from None
+    listed: dict[str, str] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        match, tagged = SUMS_LINE.fullmatch(line.strip()), SUMS_TAG.fullmatch(line.strip())
+        if match is None and tagged is None:
+            raise WeightsError(f"{path}, line {number}, is not '<sha256>  <file>': {line[:60]!r}")
+        digest, name = (match[1], match[2]) if match else (tagged[2], tagged[1])
+        name = posixpath.normpath(name)
+        if name.startswith(("/", "../")) or name in ("..", "."):
+            raise WeightsError(f"{path}, line {number}, names {name!r}, which is not a file of its directory")
+        if listed.get(name, digest.lower()) != digest.lower():
+            raise WeightsError(f"{path} lists {name} twice, with different digests")
+        listed[name] = digest.lower()
+    return listed
+
+
+_CHECKED: dict[Path, tuple] = {}
+"""Committed directories found intact in this process, by the stat of their every file (`check_committed`)."""
+
+
+def _signature(directory: Path) -> tuple:
+    return tuple(sorted((e.name, e.stat().st_size, e.stat().st_mtime_ns, e.stat().st_ctime_ns, e.inode())
+                        for e in os.scandir(directory)))
+
+
+def forget_checks() -> None:
+    """Check every committed directory afresh on its next use (each command starts so)."""
+    _CHECKED.clear()
+
+
+def check_committed(name: str, directory: Path) -> None:
+    """A committed model's directory against its SHA256SUMS, which must be there and list every other file, each
+    with its digest: anything else is damage to the repository (a WeightsError naming the file and the `git
+    checkout` that restores it), never a warning. Checked once per command while no file of it changes."""
+    directory = Path(directory)
+    sums = directory / SUMS
+    restore = (f"so the committed model {name} is damaged: restore it with "
+               f"`git checkout -- {directory.parent.name}/{name}`")
+    if not directory.is_dir():
+        raise WeightsError(f"{directory} is missing: restore it with `git checkout -- {directory.parent.name}/{name}`, "
+                           f"or train it with `python -m analyses train --model {name}`")
+    signature = _signature(directory)
+    if _CHECKED.get(directory) == signature:
+        return
+    if not sums.is_file():
+        raise WeightsError(f"{sums} is missing, {restore}")
+    listed = read_sums(sums)
+    present = sorted(p.name for p in directory.iterdir() if p.name != sums.name)
+    for file in sorted(set(present) | set(listed)):
+        path = directory / file
+        why = ("is not listed in SHA256SUMS" if file not in listed else "is missing" if not path.is_file()
+               else "does not match SHA256SUMS" if sha256_file(path) != listed[file] else None)
+        if why:
+            raise WeightsError(f"{path} {why}, {restore}")
+    _CHECKED[directory] = signature

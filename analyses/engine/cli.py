@@ -23,11 +23,12 @@ Exit codes: 0 done, or everything fresh (verify: reproduced); 1 (status) somethi
 orphaned, left over or cited wrongly, the provenance page included (explain: the key's entry is stale;
 verify, explain --recompute: a value outside its declared accuracy, or a printed string changed;
 provenance --check: the page differs from the cache's); 2 a usage or input error (unknown model,
-analysis or key, unusable weights, a damaged committed model, a computed result that would become
-skipped, a cited entry, damaged or gone, that a targeted run would drop, no repository); 3 (status,
+analysis or key, arguments that plan nothing, unusable weights, a damaged committed run, for every command and
+every analysis that reads it, a computed result that would become skipped, a cited entry or model shape that a
+targeted run would drop, no repository); 3 (status,
 verify) fresh as far as it could be checked, but some model's weights were unavailable (the hub, not
 named), so their fingerprints were not checked; 4 an operating-system error (disk full, read-only
-files, permissions); 5 a worker died without its result (killed by a signal: SIGKILL, SIGSEGV);
+files, permissions, an output file that cannot be written); 5 a worker died without its result (killed by a signal: SIGKILL, SIGSEGV);
 130 interrupted (SIGINT); 143 terminated (SIGTERM, handled like SIGINT). Every error is one line on
 stderr; a closed stdout (`status | head -1`) is not an error.
 """
@@ -41,14 +42,18 @@ import signal
 import sys
 from pathlib import Path
 
-from analyses.engine.cache import COMMON, Cache, DamagedEntry, RootError, checked_root, find_root
-from analyses.engine.checkpoint import WeightsError
+from analyses.engine.cache import COMMON, Cache, DamagedEntry, RootError, checked_root, find_root, writable, write_output
+from analyses.engine.checkpoint import WeightsError, forget_checks
 from analyses.engine.registry import UnknownAnalysisError
 from analyses.engine.sources import MODELS, REPORT_MODELS, WEIGHTS_ENV, model_spec, named_weights, open_source
 from analyses.engine.provenance import UnknownKeyError
 from analyses.engine.workers import WorkerDied
 
 EXIT_STALE, EXIT_USAGE, EXIT_UNVERIFIED, EXIT_OS, EXIT_WORKER, EXIT_INTERRUPTED, EXIT_TERMINATED = 1, 2, 3, 4, 5, 130, 143
+
+
+class EmptyPlan(ValueError):
+    """Arguments that plan no job at all: a command that would check or compute nothing, and say all is well."""
 
 
 class Terminated(KeyboardInterrupt):
@@ -78,6 +83,15 @@ class _Parser(argparse.ArgumentParser):
 def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
+def _threads(text: str) -> int:
+    """A number of BLAS threads: at least 1, at most this machine's cores (more would not be used as printed)."""
+    cores = os.cpu_count() or 1
+    if not text.isdigit() or not 1 <= int(text) <= cores:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {cores} (this machine's cores), "
+                                         f"got {text if len(text) <= 20 else text[:20] + '…'!r}")
     return int(text)
 
 
@@ -113,7 +127,7 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--perturb", action="store_true",
                         help="perturb every floating-point input at rounding level and require each declared accuracy "
                              "to be at least 10 times the change (see engine.verify.Perturbation)")
-    verify.add_argument("--threads", type=_positive, default=1, metavar="N",
+    verify.add_argument("--threads", type=_threads, default=1, metavar="N",
                         help="BLAS threads per analysis (default 1, as the cache was written)")
     verify.add_argument("--ratios", type=Path, metavar="FILE",
                         help="write every value's change as a fraction of its declared accuracy (JSON)")
@@ -180,7 +194,13 @@ def _jobs(args):
                 raise
             warnings.append(f"{model}: weights unavailable, checked without them ({exc})")
             sources.append(model_spec(model))
-    return plan(analyses, sources, figures_shown(root)), warnings
+    jobs = plan(analyses, sources, figures_shown(root))
+    if not jobs:
+        limited = [f"{m} gets only the analyses of the {' and '.join(model_spec(m).groups)} group"
+                   for m in models if model_spec(m).groups]
+        raise EmptyPlan(f"nothing to do: {', '.join(a.name for a in analyses)} runs on none of the models "
+                                   f"named ({', '.join(models)})" + (f"; {'; '.join(limited)}" if limited else ""))
+    return jobs, warnings
 
 
 BASELINE = Path("../shared/bench/seed_style.py")
@@ -309,6 +329,8 @@ def _outdated_pages(root: Path) -> list[str]:
 def _verify(args) -> int:
     from analyses.engine import verify, workers
 
+    if args.ratios is not None:
+        writable(args.ratios)  # before the recomputation, not after it
     jobs, warnings = _jobs(args)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -335,8 +357,8 @@ def _verify(args) -> int:
     verify.recompute(jobs, _cache(args), args.jobs or workers.cores(), done, perturbation, args.threads)
     if args.ratios is not None:
         ordered = sorted(ratios.items(), key=lambda item: -item[1])
-        args.ratios.write_text(json.dumps({where: ratio if ratio != float("inf") else "an exact value changed"
-                                           for where, ratio in ordered}, indent=1) + "\n")
+        write_output(args.ratios, (json.dumps({where: ratio if ratio != float("inf") else "an exact value changed"
+                                                for where, ratio in ordered}, indent=1) + "\n").encode("utf-8"))
     if failed:
         print(f"{len(failed)} of {len(jobs)} results not reproduced at their declared accuracy")
         return EXIT_STALE
@@ -404,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(sys.stdout, "reconfigure"):  # a terminal that cannot show ± or → gets \xb1, not a traceback
         sys.stdout.reconfigure(errors="backslashreplace")
     previous = signal.signal(signal.SIGTERM, _terminate)
+    forget_checks()  # each command checks the committed runs it reads afresh
     try:
         return _main(argv)
     finally:
@@ -431,7 +454,7 @@ def _main(argv: list[str] | None) -> int:
         if args.command in ("explain", "provenance"):
             return _explain(args) if args.command == "explain" else _provenance(args)
         return _run(args) if args.command == "run" else _status(args)
-    except (WeightsError, RootError, DamagedEntry) as exc:
+    except (WeightsError, RootError, DamagedEntry, EmptyPlan) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except (UnknownAnalysisError, UnknownKeyError) as exc:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from analyses.engine import training
+from analyses.engine.cache import writable, write_output
 from analyses.engine.checkpoint import WeightsError
 from analyses.engine.results import format_value
 from analyses.engine.sources import ALIASES, MODELS, HUB_FILES, WeightSource, _reachable, _truthy, open_source
@@ -27,17 +29,25 @@ COLUMNS = ("model", "table", "positions", "width", *(HEADERS[s] for s in STATIST
 
 
 def open_any(name: str, cache_dir: Path | str | None = None) -> WeightSource:
-    """A known model by name, a checkpoint directory, or a hub repository `owner/name` (WeightsError otherwise)."""
+    """A known model by name, a checkpoint directory, or a hub repository `owner/name` (WeightsError otherwise). A
+    committed run's directory is read as that run, checked as `run` checks it; any other directory with a
+    SHA256SUMS is checked against it before a number is computed."""
+    if not name.strip():
+        raise WeightsError("an empty model name: name a model, a checkpoint directory or a hub repository owner/name")
     if name in MODELS or name in ALIASES:
-        return open_source(name)
-    path = Path(name).expanduser()
-    if path.is_dir():
+        source = open_source(name)
+    elif (path := Path(name).expanduser()).is_dir():
         directory = path.resolve()
-        return WeightSource(directory.name, directory.name, directory, "a local directory")
-    if name.count("/") == 1 and not path.exists() and not name.startswith((".", "/", "~")):
-        return _hub_checkpoint(name, cache_dir)
-    raise WeightsError(f"{name!r} is neither a known model ({', '.join(MODELS)}), a checkpoint directory, "
-                       "nor a hub repository owner/name")
+        committed = directory.parent == training.MODELS_DIR.resolve() and directory.name in MODELS
+        source = open_source(directory.name) if committed else WeightSource(directory.name, directory.name, directory,
+                                                                            "a local directory")
+    elif name.count("/") == 1 and not path.exists() and not name.startswith((".", "/", "~")):
+        source = _hub_checkpoint(name, cache_dir)
+    else:
+        raise WeightsError(f"{name!r} is neither a known model ({', '.join(MODELS)}), a checkpoint directory, "
+                           "nor a hub repository owner/name")
+    source.check_sums()
+    return source
 
 
 def _hub_checkpoint(repo: str, cache_dir: Path | str | None) -> WeightSource:
@@ -52,14 +62,30 @@ def _hub_checkpoint(repo: str, cache_dir: Path | str | None) -> WeightSource:
     return WeightSource(repo, repo.replace("/", "_"), paths[0].parent, f"Hugging Face hub, {repo}")
 
 
+MIN_POSITIONS, MIN_WIDTH = 3, 2
+"""The smallest table the comparison profiles: three components of the centred table, two coordinates to turn in."""
+
+
 def rows(source: WeightSource) -> list[tuple]:
-    """The comparison's rows for one model: (model, table, positions, width, *statistics)."""
+    """The comparison's rows for one model: (model, table, positions, width, *statistics); a table too small or too
+    degenerate for every statistic to be a number is a WeightsError."""
     if "W_pos" not in source.tensors:
         raise WeightsError(f"{source.name} ({source.origin}) has no learned position table")
     P = np.asarray(source.tensors["W_pos"], dtype=np.float64)
+    if len(P) < MIN_POSITIONS or P.shape[1] < MIN_WIDTH:
+        raise WeightsError(f"{source.name}'s position table is {len(P)} × {P.shape[1]}: the comparison needs at least "
+                           f"{MIN_POSITIONS} positions of {MIN_WIDTH} dimensions")
     out = []
     for label, X in compared_tables(P).values():
-        stats = profile(X)
+        with np.errstate(all="ignore"):
+            try:
+                stats = profile(X)
+            except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
+                raise WeightsError(f"{source.name}'s position table ({label}) cannot be profiled: {exc}") from None
+        undefined = [HEADERS[s] for s in STATISTICS if not np.isfinite(stats[s])]
+        if undefined:
+            raise WeightsError(f"{source.name}'s position table ({label}) is degenerate: its {', '.join(undefined)} "
+                               "is not a number")
         out.append((source.name, label, len(X), X.shape[1], *(stats[s] for s in STATISTICS)))
     return out
 
@@ -84,12 +110,18 @@ def csv_text(table: list[tuple]) -> str:
 
 
 def compare(names: list[str], out: Path | None = None) -> str:
-    """The table for every named model, as markdown; also written to `out` (`.csv`: full precision; else markdown).
-    Every model is opened before anything is written, so an unusable one leaves no half-written file."""
-    table = [row for source in [open_any(name) for name in dict.fromkeys(names)] for row in rows(source)]
+    """The table for every named model, as markdown; also written to `out` (`.csv`: full precision; else markdown),
+    as `cache.write_output` writes a file the user names. `out` is checked first and every model opened and profiled
+    before anything is written, so an unusable one leaves no half-written file; a model named twice (by any of its
+    names) gets its rows once."""
+    if out is not None:
+        writable(out)
+    sources = {}
+    for name in names:
+        source = open_any(name)
+        sources.setdefault((source.name, str(source.directory)), source)
+    table = [row for source in sources.values() for row in rows(source)]
     text = markdown(table)
     if out is not None:
-        from analyses.engine.cache import atomic_write
-
-        atomic_write(out, (csv_text(table) if out.suffix == ".csv" else text).encode())
+        write_output(out, (csv_text(table) if out.suffix == ".csv" else text).encode("utf-8"))
     return text

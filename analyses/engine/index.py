@@ -42,6 +42,11 @@ class Index:
     provenance: str
 
 
+def model_node(shape: dict, weights: dict | None) -> dict[str, str]:
+    """The `<scope>.model` keys one entry records: its model's shape and the first 12 hex digits of its weights."""
+    return {**{k: str(v) for k, v in shape.items()}, "sha256": str((weights or {}).get("model.safetensors", ""))[:12]}
+
+
 def build(cache: Cache, entries: Iterable[tuple[str, str]], cited: frozenset[str] | None = None) -> Index:
     """Both files from the given (scope, analysis) entries: those that are unverifiable are left out; with
     `cited`, `_variables.yml` holds only those keys (`scope.analysis.key`), provenance.md every entry.
@@ -58,14 +63,13 @@ def build(cache: Cache, entries: Iterable[tuple[str, str]], cited: frozenset[str
         node = variables.setdefault(scope, {})
         weights = str((manifest["input"].get("weights") or {}).get("model.safetensors", ""))
         if manifest.get("shape"):
-            models.setdefault(scope, []).append({**{k: str(v) for k, v in manifest["shape"].items()},
-                                                 "sha256": weights[:12]})
+            models.setdefault(scope, []).append(model_node(manifest["shape"], manifest["input"].get("weights")))
         entry = node.setdefault(name, {"status": manifest["status"]})
         if manifest["status"] == "skipped":
             entry["reason"] = manifest["reason"]
         numbers = cache.entry(scope, name) / "numbers.json"
         if numbers.is_file():
-            entry.update({k: v["text"] for k, v in json.loads(numbers.read_text()).items()})
+            entry.update({k: v["text"] for k, v in json.loads(numbers.read_text(encoding="utf-8")).items()})
         rows.append(f"| `{scope}` | `{name}` | {manifest['status']} | `{weights[:12] or '-'}` | "
                     f"`{manifest['input']['code'][:12]}` |")
     for scope, shapes in models.items():
@@ -91,7 +95,7 @@ def _only(variables: dict, cited: frozenset[str]) -> dict:
 def on_disk(cache: Cache) -> Index | None:
     """Both files as they are now, or None when either is missing or unreadable."""
     try:
-        return Index(cache.variables.read_text(), cache.provenance.read_text())
+        return Index(cache.variables.read_text(encoding="utf-8"), cache.provenance.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError):
         return None
 

@@ -10,6 +10,7 @@ locked or written when nothing needs writing.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -271,6 +272,38 @@ def _refuse_dropping_citations(jobs: list[Job], cache: Cache) -> None:
                            f"`python -m analyses run {name}{model}`")
 
 
+def _refuse_dropping_model_keys(jobs: list[Job], inputs: dict[str, dict], reasons: dict[str, str],
+                                cache: Cache) -> None:
+    """A DamagedEntry when `_variables.yml` cites a model's shape (`<scope>.model.*`) and this run would leave the
+    scope's entries recording different weights or shapes: the rebuilt file cites a shape only where all agree
+    (`index.build`), so a targeted run on other weights would drop it without a word."""
+    disk = index.on_disk(cache)
+    try:
+        cited = yaml.safe_load(disk.variables) if disk is not None else None
+    except yaml.YAMLError:
+        return
+    computing = {(job.scope, job.analysis.name): job for job in jobs
+                 if job.source is not None and job.label in reasons and job.label in inputs}
+    for scope in sorted({scope for scope, _ in computing}):
+        if not isinstance(cited, dict) or not isinstance(cited.get(scope), dict) or "model" not in cited[scope]:
+            continue
+        nodes = {}
+        for entry in [*cited_entries(cache), *computing]:
+            if entry[0] != scope or entry in nodes:
+                continue
+            job, manifest = computing.get(entry), cache.manifest(*entry)
+            if job is not None:
+                nodes[entry] = index.model_node(job.source.shape.as_dict(), inputs[job.label]["weights"])
+            elif manifest is not None and manifest.get("shape") and cache.unverifiable(*entry) is None:
+                nodes[entry] = index.model_node(manifest["shape"], manifest["input"].get("weights"))
+        if len({json.dumps(node, sort_keys=True) for node in nodes.values()}) > 1:
+            model = next(job.source.name for job in computing.values() if job.scope == scope)
+            others = sorted(name for (s, name) in nodes if s == scope and (s, name) not in computing)
+            raise DamagedEntry(f"this run computes {scope} from other weights than its other results ({', '.join(others[:3])}"
+                               f"{', …' if len(others) > 3 else ''}) were, so _variables.yml would drop the cited "
+                               f"{scope}.model keys; recompute them all: `python -m analyses run --model {model}`")
+
+
 def run(jobs: list[Job], cache: Cache, force: bool = False, prune: bool = False, progress: bool = True,
         workers_count: int | None = None, allow_skips: bool = False) -> RunReport:
     """Bring every job's entry up to date, then the cited files; take the lock only if something changes.
@@ -291,6 +324,7 @@ def run(jobs: list[Job], cache: Cache, force: bool = False, prune: bool = False,
     if not allow_skips:
         _refuse_downgrades([job for job in jobs if job.label in reasons], cache)
     _refuse_dropping_citations(jobs, cache)
+    _refuse_dropping_model_keys(jobs, inputs, reasons, cache)
     stray = orphans(cache) if prune else []
     fresh_index = _rebuilt_index(cache) if not reasons and not stray else None
     if fresh_index is not None and not cache.leftovers() and not index.differences(index.on_disk(cache), fresh_index):

@@ -9,6 +9,7 @@ shapes no cached byte, so it is in no analysis's code hash.
 
 from __future__ import annotations
 
+import difflib
 import html
 import inspect
 import json
@@ -126,7 +127,7 @@ def records(root: Path) -> tuple[dict[str, Entry], dict[str, Cited]]:
                 cited[f"{scope}.{name}.{key}"] = Cited(f"{scope}.{name}.{key}", entry, str(manifest[key]),
                                                        manifest[key], f"the entry's {key}")
         numbers = cache.entry(scope, name) / "numbers.json"
-        for key, number in (json.loads(numbers.read_text()) if numbers.is_file() else {}).items():
+        for key, number in (json.loads(numbers.read_text(encoding="utf-8")) if numbers.is_file() else {}).items():
             full = f"{scope}.{name}.{key}"
             cited[full] = Cited(full, entry, number["text"], number["value"], number.get("description", ""),
                                 number.get("accuracy"))
@@ -154,7 +155,7 @@ def records(root: Path) -> tuple[dict[str, Entry], dict[str, Cited]]:
 
 def _listed(root: Path) -> list[Path]:
     """The chapters and appendices `_quarto.yml` lists, relative to `root`."""
-    book = (yaml.safe_load((root / "_quarto.yml").read_text()) or {}).get("book") or {}
+    book = (yaml.safe_load((root / "_quarto.yml").read_text(encoding="utf-8")) or {}).get("book") or {}
     return [Path(p) for p in [*book.get("chapters", []), *book.get("appendices", [])] if isinstance(p, str)]
 
 
@@ -196,10 +197,8 @@ class UnknownKeyError(KeyError):
 def resolve(cited: dict[str, Cited], key: str) -> Cited:
     """The key's record; an unknown key is an error that suggests keys of the same entry."""
     if key not in cited:
-        scope_analysis = ".".join(key.split(".")[:2])
-        near = sorted(k for k in cited if k.startswith(scope_analysis + "."))[:3]
-        hint = f"; {scope_analysis} has e.g. {', '.join(near)}" if near else "; keys read scope.analysis.name, " \
-                                                                             "as in _variables.yml"
+        near = sorted(k for k in cited if k.startswith(key))[:3] or difflib.get_close_matches(key, list(cited), 3, 0.8)
+        hint = f"; did you mean {', '.join(near)}?" if near else "; keys read scope.analysis.name, as in _variables.yml"
         raise UnknownKeyError(f"unknown key {key!r}: no verified cache entry holds it{hint}")
     return cited[key]
 
@@ -498,7 +497,7 @@ class Provenance:
 def outdated(root: Path, provenance: Provenance) -> list[str]:
     """The generated files (relative paths) that differ from what the cache gives now."""
     return [str(path) for path, text in provenance.files().items()
-            if not (root / path).is_file() or (root / path).read_text() != text]
+            if not (root / path).is_file() or (root / path).read_text(encoding="utf-8") != text]
 
 
 def write(root: Path, provenance: Provenance) -> list[str]:

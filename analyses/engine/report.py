@@ -29,7 +29,7 @@ VARIABLE = re.compile(r"\{\{<\s*var\s+([\w.-]+)\s*>\}\}")
 def chapters(root: Path) -> list[Path] | None:
     """The chapter files of the book at `root`, appendices included, or None when there is no book there."""
     try:
-        config = yaml.safe_load((root / "_quarto.yml").read_text())
+        config = yaml.safe_load((root / "_quarto.yml").read_text(encoding="utf-8"))
         listed = config["book"]["chapters"] + (config["book"].get("appendices") or [])
     except (OSError, yaml.YAMLError, KeyError, TypeError):
         return None
@@ -37,7 +37,7 @@ def chapters(root: Path) -> list[Path] | None:
 
 
 def _text_with_includes(path: Path, seen: frozenset[Path] = frozenset()) -> str:
-    text = path.read_text()
+    text = path.read_text(encoding="utf-8")
     parts = [text]
     for target in INCLUDE.findall(text):
         included = (path.parent / target).resolve()

@@ -16,16 +16,15 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import socket
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
-from analyses.engine.checkpoint import SafetensorsFile, WeightsError, sha256_file
+from analyses.engine.checkpoint import SUMS, SafetensorsFile, WeightsError, check_committed, read_sums, sha256_file
 from analyses.engine.shapes import ModelShape, shape_from_config
 from analyses.engine.tensors import TOKENIZER, TOKENIZER_FILES, Tensors
-from analyses.engine.training import model_dir
+from analyses.engine.training import run_path
 from analyses.toolkit.training import POSITIONS, Recipe
 
 WEIGHTS_ENV = "GPT2_WEIGHTS"
@@ -62,7 +61,7 @@ class WeightSource:
         if not path.is_file():
             raise WeightsError(f"{self.directory} has no config.json; is it a model directory?")
         try:
-            return json.loads(path.read_text())
+            return json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise WeightsError(f"{path} is not valid JSON: {exc}") from None
         except RecursionError:
@@ -117,38 +116,28 @@ class WeightSource:
         return {**self.fingerprint, **self._digests(extra)} if extra else dict(self.fingerprint)
 
     def _digests(self, files: list[str]) -> dict[str, str]:
+        """{file: sha256}; where the directory has a SHA256SUMS, every file must be listed there with its digest."""
         missing = [f for f in files if not (self.directory / f).is_file()]
         if missing:
             raise WeightsError(f"{self.directory} lacks {', '.join(missing)}")
         digests = {f: sha256_file(self.directory / f) for f in files}
-        sums = self.directory / "SHA256SUMS"
+        sums = self.directory / SUMS
         if sums.is_file():
             listed = read_sums(sums)
-            bad = [f for f in files if f in listed and listed[f] != digests[f]]
+            unlisted = [f for f in files if f not in listed]
+            if unlisted:
+                raise WeightsError(f"{', '.join(unlisted)} in {self.directory} {'is' if len(unlisted) == 1 else 'are'} "
+                                   "not listed in its SHA256SUMS, so cannot be checked")
+            bad = [f for f in files if listed[f] != digests[f]]
             if bad:
                 raise WeightsError(f"{', '.join(bad)} in {self.directory} do not match SHA256SUMS: "
                                    "the files are corrupted or were changed")
         return digests
 
-
-SUMS_LINE = re.compile(r"([0-9a-fA-F]{64}) [ *](.+)")
-"""One line of a `sha256sum` output: the digest, a space, a space or `*`, the file name."""
-
-
-def read_sums(path: Path) -> dict[str, str]:
-    """{file: sha256} from a SHA256SUMS file, whose every non-blank line must be a `sha256sum` line."""
-    try:
-        lines = path.read_text().splitlines()
-    except UnicodeDecodeError:
-        raise WeightsError(f"{path} is not a text file of checksums") from None
-    listed = {}
-    for number, line in enumerate(lines, 1):
-        if line.strip():
-            match = SUMS_LINE.fullmatch(line.strip())
-            if match is None:
-                raise WeightsError(f"{path}, line {number}, is not '<sha256>  <file>': {line[:60]!r}")
-            listed[match[2]] = match[1].lower()
-    return listed
+    def check_sums(self) -> None:
+        """The weight and config files against the directory's SHA256SUMS, where it has one (else nothing is read)."""
+        if (self.directory / SUMS).is_file():
+            self.fingerprint
 
 
 @dataclass(frozen=True)
@@ -304,7 +293,8 @@ def local_source(name: str, directory: Path | str) -> WeightSource:
         why = "a symlink loop" if isinstance(exc, RuntimeError) else exc.strerror or str(exc)
         raise WeightsError(f"weights directory {shown} cannot be looked up: {why}") from None
     if not found:
-        raise WeightsError(f"weights directory not found: {directory}")
+        raise WeightsError(f"weights directory {directory} is a file, not a directory" if directory.exists() else
+                           f"weights directory not found: {directory}")
     return WeightSource(spec.name, spec.slug, directory, "a local directory", expected=spec.expected)
 
 
@@ -376,9 +366,9 @@ def package_source(name: str) -> WeightSource:
 def trained_source(name: str) -> WeightSource:
     """A model this project trained, from `models/<name>/` (WeightsError when it has not been trained)."""
     spec = model_spec(name)
-    directory = model_dir(spec.name)
-    if not (directory / "model.safetensors").is_file():
-        raise WeightsError(f"{spec.name} has not been trained here ({directory} lacks model.safetensors): "
+    directory = run_path(spec.name)
+    if not directory.exists():
+        raise WeightsError(f"{spec.name} has not been trained here ({directory} does not exist): "
                            f"python -m analyses train --model {spec.name}")
     check_committed(spec.name, directory)
     return WeightSource(spec.name, spec.slug, directory, "trained by this project", expected=spec.expected)
@@ -395,24 +385,6 @@ def same_position_table(local: WeightSource, hub: WeightSource) -> WeightSource:
         raise WeightsError(f"the position table in {local.directory} differs from {hub.origin}'s ({detail}): "
                            "one of them is not the published model's")
     return hub
-
-
-def check_committed(name: str, directory: Path) -> None:
-    """A committed model's directory against its SHA256SUMS, which must be there and list every other file, each
-    with its digest: anything else is damage to the repository (a WeightsError naming the file), never a warning."""
-    sums = directory / "SHA256SUMS"
-    restore = (f"so the committed model {name} is damaged: restore it with "
-               f"`git checkout -- {directory.parent.name}/{name}`")
-    if not sums.is_file():
-        raise WeightsError(f"{sums} is missing, {restore}")
-    listed = read_sums(sums)
-    present = sorted(p.name for p in directory.iterdir() if p.name != sums.name)
-    for file in sorted(set(present) | set(listed)):
-        path = directory / file
-        why = ("is not listed in SHA256SUMS" if file not in listed else "is missing" if not path.is_file()
-               else "does not match SHA256SUMS" if sha256_file(path) != listed[file] else None)
-        if why:
-            raise WeightsError(f"{path} {why}, {restore}")
 
 
 def open_source(name: str, weights: Path | str | None = None) -> WeightSource:

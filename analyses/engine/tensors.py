@@ -89,7 +89,7 @@ RECORD_PARTS = ("fingerprint", "corpus", "machine", "run", "final")
 def read_training_record(path: Path) -> dict:
     """A trained model's provenance record, checked: JSON holding every part of RECORD_PARTS (WeightsError else)."""
     try:
-        record = json.loads(path.read_text())
+        record = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise WeightsError(f"{path.parent} has no {RECORD_FILE}: train it with `python -m analyses train`") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -259,9 +259,12 @@ class Tensors(Mapping):
     """
 
     def __init__(self, file: SafetensorsFile, shape: ModelShape, directory: Path | None = None):
-        raw = {}
-        for name in file.names():
+        raw: dict[str, str] = {}
+        for name in sorted(file.names()):
             short = next((name[len(p):] for p in _RAW_PREFIXES if name.startswith(p)), name)
+            if short in raw:  # which copy to read would be a guess: refused, never chosen
+                raise WeightsError(f"{file.path} holds {short!r} twice, as {raw[short]!r} and {name!r}: "
+                                   "which one is the model's is not decidable")
             raw[short] = name
         self._file, self._raw, self._shape = file, raw, shape
         self._rules = {k: r for k, r in _RULES[shape.family](shape).items() if all(n in raw for n in r.raw)}

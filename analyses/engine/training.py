@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 import analyses
-from analyses.engine.checkpoint import sha256_file
+from analyses.engine.checkpoint import check_committed, sha256_file
 from analyses.engine.tensors import HISTORY_FILE, RECORD_FILE, read_training_record
 from analyses.toolkit import corpus, sinusoids, training
 from analyses.toolkit.training import Recipe
@@ -37,8 +37,18 @@ MODELS_DIR = Path(analyses.__file__).resolve().parent.parent / "models"
 SUMS = "SHA256SUMS"
 
 
-def model_dir(name: str) -> Path:
+def run_path(name: str) -> Path:
+    """Where the committed run `name` lives (or will), unchecked: for training it and for asking whether it exists."""
     return MODELS_DIR / name
+
+
+def model_dir(name: str) -> Path:
+    """The directory of the committed run `name`, checked first against its SHA256SUMS (`checkpoint.check_committed`:
+    a WeightsError naming the damaged file and the `git checkout` that restores it): the one way an analysis reads a
+    committed run as data, so that nothing is computed from a run that is not the one committed."""
+    directory = run_path(name)
+    check_committed(name, directory)
+    return directory
 
 
 def code_digest(recipe: Recipe) -> str:
@@ -90,11 +100,11 @@ def _same(key: str, recorded, current) -> bool:
 
 
 def state(name: str, recipe: Recipe) -> str:
-    """'fresh', 'missing', or 'stale: <why>' for a trained model against its recipe and the current code."""
-    directory = model_dir(name)
-    if not (directory / RECORD_FILE).is_file():
+    """'fresh', 'missing', or 'stale: <why>' for a trained model against its recipe and the current code; a committed
+    run that is damaged is a WeightsError (`model_dir`), never an answer."""
+    if not run_path(name).exists():
         return "missing"
-    recorded = read_training_record(directory / RECORD_FILE)["fingerprint"]
+    recorded = read_training_record(model_dir(name) / RECORD_FILE)["fingerprint"]
     current = fingerprint(recipe)
     changed = [key for key in current if not _same(key, recorded.get(key), current[key])]
     return "fresh" if not changed else f"stale: its {', '.join(changed)} changed"
@@ -103,7 +113,7 @@ def state(name: str, recipe: Recipe) -> str:
 def _machine(threads: int, device: str) -> dict:
     cpu = platform.processor() or platform.machine()
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
@@ -159,7 +169,7 @@ def train(name: str, recipe: Recipe, progress: bool = True) -> Path:
     result = training.train(recipe, stream, held_out, eot, progress=report if bar else None, device=device)
     if bar is not None:
         bar.close()
-    final = model_dir(name)
+    final = run_path(name)
     MODELS_DIR.mkdir(parents=True, exist_ok=True)
     new = Path(tempfile.mkdtemp(dir=MODELS_DIR, prefix=f".new-{name}."))
     try:
@@ -185,9 +195,9 @@ def train(name: str, recipe: Recipe, progress: bool = True) -> Path:
                       "held_out_loss": float(result["eval_loss"][-1])},
             "files": files,
         }
-        (new / RECORD_FILE).write_text(json.dumps(record, indent=1) + "\n")
+        (new / RECORD_FILE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
         sums = dict(sorted({**files, RECORD_FILE: sha256_file(new / RECORD_FILE)}.items()))  # the record, hashed once
-        (new / SUMS).write_text("".join(f"{digest}  {f}\n" for f, digest in sums.items()))
+        (new / SUMS).write_text("".join(f"{digest}  {f}\n" for f, digest in sums.items()), encoding="utf-8")
         for path in new.iterdir():
             path.chmod(0o644)
         new.chmod(0o755)

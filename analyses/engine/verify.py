@@ -44,7 +44,7 @@ def _accuracy(spec: dict | None) -> Accuracy:
 
 
 def _read_json(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.is_file() else {}
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def _cell(text: str):
@@ -130,7 +130,7 @@ def _compare_table(entry: Path, name: str, table, out: Comparison) -> None:
     if not path.is_file():
         out.problems.append(f"table {name} is not cached")
         return
-    rows = list(csv.reader(io.StringIO(path.read_text())))
+    rows = list(csv.reader(io.StringIO(path.read_text(encoding="utf-8"))))
     if tuple(rows[0]) != table.columns or len(rows) - 1 != len(table.rows):
         out.problems.append(f"table {name}: columns or row count differ")
         return
@@ -148,7 +148,7 @@ def _compare_table(entry: Path, name: str, table, out: Comparison) -> None:
             if not same:
                 out.problems.append(f"table {name}, row {i + 1}, {column}: {value!r} against the cached {text}")
     markdown = entry / f"{name}.md"  # what the book includes: the same cells must print the same table
-    if len(out.problems) == before and markdown.is_file() and markdown.read_text() != table.to_markdown():
+    if len(out.problems) == before and markdown.is_file() and markdown.read_text(encoding="utf-8") != table.to_markdown():
         out.problems.append(f"table {name}: the included {name}.md differs from the recomputed table's")
 
 
@@ -161,7 +161,7 @@ def unstable(entry: Path) -> list[str]:
         if _numeric(value) and fmt and not printed_stably(value, fmt, _accuracy(number.get("accuracy"))):
             found.append(key)
     for name, columns in _read_json(entry / "tables.json").items():
-        rows = list(csv.DictReader(io.StringIO((entry / f"{name}.csv").read_text())))
+        rows = list(csv.DictReader(io.StringIO((entry / f"{name}.csv").read_text(encoding="utf-8"))))
         for column, spec in columns.items():
             formats = spec.get("format")
             for i, (row, accuracy) in enumerate(zip(rows, spec.get("accuracy") or [])):
@@ -301,6 +301,9 @@ def check(job, cache, perturbation: Perturbation | None = None) -> tuple[Compari
     if manifest is None:
         return Comparison(["not cached"]), None
     entry = cache.entry(job.scope, job.analysis.name)
+    untrusted = cache.unverifiable(job.scope, job.analysis.name)
+    if untrusted:
+        return Comparison([f"the cache entry cannot be trusted: {untrusted}"]), None
     missing = job.source.missing(job.needs) if job.source else []
     if manifest.get("status") == "skipped" or missing:
         if manifest.get("status") != "skipped" or not missing:
@@ -310,7 +313,7 @@ def check(job, cache, perturbation: Perturbation | None = None) -> tuple[Compari
         if manifest.get("reason") != reason:
             return Comparison([f"the cached reason for the skip differs from today's: {reason}"]), None
     note = entry / "status.md"
-    if note.is_file() and note.read_text() != status_note(job, manifest):
+    if note.is_file() and note.read_text(encoding="utf-8") != status_note(job, manifest):
         return Comparison(["the included status.md differs from the note its manifest gives"]), None
     if manifest.get("status") == "skipped":
         return Comparison(), None
@@ -337,6 +340,8 @@ def recompute(jobs, cache, workers_count: int, on_done, perturbation: Perturbati
     from analyses.engine import workers
 
     runnable = [job for job in jobs if not job.unavailable]
+    for job in runnable:
+        job.inputs()  # every input checked before anything is recomputed: a damaged committed run is an error
     for job in jobs:
         if job.unavailable:
             on_done(job, None)
@@ -382,7 +387,7 @@ def core_types() -> tuple[dict[str, str], dict[str, str]]:
 
 def _cpu_flags() -> set[str]:
     try:
-        info = Path("/proc/cpuinfo").read_text()
+        info = Path("/proc/cpuinfo").read_text(encoding="utf-8")
     except OSError:
         return set()
     return next((set(line.split(":", 1)[1].split()) for line in info.splitlines() if line.startswith("flags")), set())
