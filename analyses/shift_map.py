@@ -1,20 +1,30 @@
-"""The shift map of a position table: is moving k positions along the table one linear map, one rotation?
+"""The shift map of a position table, held out: does one map, or one rotation, carry position n to n + k?
 
-For the sinusoidal table, p_{n+k} = R_k p_n exactly, R_k a rotation and R_k = R_1^k (the derivation of the
-sinusoidal chapter). The same question of a learned table, over every pair of trained rows k apart, in the table's
-top-r principal coordinates and in full (every principal coordinate whose singular value is above 1e-6 of the
-largest), for a range of k. Each answer is the share of the move by k, ‖X_{+k} − X‖_F, that a map leaves
-unexplained (0: the map is exact; 1: no better than standing still):
+For the sinusoidal table, p_{n+k} = R_k p_n exactly, R_k a rotation (the derivation of the sinusoidal chapter), so a
+map fitted on some positions predicts every other. The same question of a learned table, answered out of sample:
+the pairs (x_n, x_{n+k}) are split by the block of n (alternating blocks of `block` positions, fold A the even
+blocks, fold B the odd ones); a map is fitted on one fold's pairs and scored on the other's, both ways. Each score is
+the share of the held-out move, ‖X_{+k} − X‖_F over the test pairs, that the map leaves unexplained (0: exact;
+1: no better than standing still, x_{n+k} ≈ x_n; above 1: worse), for
 
-* affine: the least-squares map x_n M_k + b_k (how far the move is a linear function of the position's code);
-* orthogonal: the best orthogonal Q_k with the best translation (orthogonal Procrustes on the centred pairs): how
-  close the best linear map is to a rotation;
-* repeated: the one-step orthogonal map applied k times, Q_1^k, with the best translation: whether k steps are one
-  step repeated.
+* affine: the least-squares map x_n M_k + b_k;
+* orthogonal: the best orthogonal Q_k with the best translation (orthogonal Procrustes on the centred pairs).
 
-Against the sinusoidal table and Gaussian random walks of the same shape (smooth, with no shift structure: in the
-full space a map with D² + D parameters fitted to a few more than D pairs fits much of anything, which the walks
-show). Shares of norms, so they do not depend on the table's scale; the walks' mean over `n_walks` draws.
+The coordinates are the principal axes of the training fold's rows (centred at their mean): the top three (the
+helix), and "full": every axis whose singular value is above RANK_TOLERANCE of the largest, at most half the
+fewest training pairs, so that every least-squares fit has at least two pairs per parameter. Row 0 (whose step to
+row 1 is fifty times the median step) and the untrained last rows are left out.
+
+A fitted map predicts a smooth curve's next point from its neighbours' without any shift structure, so the learned
+table is compared with two nulls of its shape that have none: Gaussian random walks, and independent-phase
+surrogates of the table itself (each column's power spectrum kept, so its smoothness, the cross-column phases
+destroyed). For a random walk the move is independent of the position, so the best map is standing still and a
+held-out share is 1 or more. The positive control is a sinusoidal table of the same length and `control_width`
+columns, a rotation exactly: every held-out share is zero up to rounding. The sinusoidal table of the learned
+table's full width is shown too; it is not a control, since most of its slow columns are nearly dependent
+(numerical rank about 190 of 768 at GPT-2's shape) and a least-squares map extrapolated across a block amplifies
+what the truncated axes leave out. p-values are one-sided (the learned table's share at or below the null's), Holm over the
+tests of one map in one space (every shift against both nulls).
 """
 
 from __future__ import annotations
@@ -24,20 +34,28 @@ from collections.abc import Mapping
 import numpy as np
 
 from analyses.toolkit import plotting
+from analyses.toolkit.pvalues import FAMILYWISE_ALPHA, holm, p_value_text
 from analyses.toolkit.sinusoids import sinusoidal_table
-from analyses.toolkit.surrogates import random_walks
+from analyses.toolkit.surrogates import phase_randomiser, random_walks
 from analyses.engine.registry import register
-from analyses.engine.results import Accuracy, Number, Result, Table
+from analyses.engine.results import Accuracy, Number, Result, Table, Text
 from analyses.engine.sources import ModelShape
 
-STATISTICS = ("affine", "orthogonal", "repeated")
-SHARE = Accuracy(rel=1e-7, abs=1e-6, basis="a share of norms from QR and SVD factors in float64: an exact map "
-                                           "leaves a residual of rounding size, up to about 1e-8 of the move where "
-                                           "nearly dependent coordinates are kept (down to RANK_TOLERANCE); inputs "
-                                           "perturbed at n·u moved it by 3e-10; declared 1e-6 absolute")
+STATISTICS = ("affine", "orthogonal")
+SPLITS = ("fold A", "fold B", "both")
+NULLS = ("walks", "surrogates")
+SHARE = Accuracy(rel=1e-6, abs=1e-6, basis="a share of norms of out-of-sample predictions from QR and SVD factors in "
+                                          "float64: the fitted map multiplies input errors by the condition number "
+                                          "of the training coordinates (up to 1e6 where axes down to RANK_TOLERANCE "
+                                          "are kept); inputs perturbed at 2^10 u moved it by at most 1e-8; declared "
+                                          "1e-6")
 RANK_TOLERANCE = 1e-6
-"""Principal coordinates with a singular value below this fraction of the largest are left out of the full space
-(the sinusoidal table of GPT-2's shape has numerical rank about 200: its slow columns are nearly dependent)."""
+"""Principal axes with a singular value below this fraction of the largest are left out of the full space (the
+sinusoidal table of GPT-2's shape has numerical rank about 200: its slow columns are nearly dependent)."""
+CONTROL_BOUND = 1e-3
+"""The held-out share below which the narrow sinusoidal control counts as exact (cited as this bound)."""
+MIN_PAIRS = 8
+"""The fewest training pairs a fold may have for a shift."""
 
 
 def best_orthogonal(A: np.ndarray, B: np.ndarray) -> np.ndarray:
@@ -46,104 +64,186 @@ def best_orthogonal(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     return U @ Vt
 
 
-def shift_statistics(X: np.ndarray, ks: tuple[int, ...]) -> np.ndarray:
-    """[len(ks), 3]: for each k, the share of the move by k left unexplained by the best affine map, by the best
-    orthogonal map with a translation, and by the one-step orthogonal map applied k times with a translation."""
+def block_parity(n: int, block: int) -> np.ndarray:
+    """0 or 1 for each of n positions: the parity of its block of `block` positions (fold A: 0, fold B: 1)."""
+    return (np.arange(n) // block) % 2
+
+
+def principal_axes(X: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The mean of X[rows] and its principal axes (rows of Vᵀ) whose singular value is above RANK_TOLERANCE of the
+    largest, largest first."""
+    mean = X[rows].mean(axis=0)
+    _, s, Vt = np.linalg.svd(X[rows] - mean, full_matrices=False)
+    return mean, Vt[:int(np.sum(s > RANK_TOLERANCE * s[0]))]
+
+
+def full_rank(n: int, ks: tuple[int, ...], block: int) -> int:
+    """The most axes the full space may keep: half the fewest training pairs of any fold and shift."""
+    fewest = min(int(np.sum(block_parity(n - k, block) == fold)) for k in ks for fold in (0, 1))
+    if fewest < MIN_PAIRS:
+        raise ValueError(f"{n} rows leave a fold {fewest} training pairs at blocks of {block} (need {MIN_PAIRS})")
+    return fewest // 2
+
+
+def heldout_sums(X: np.ndarray, ks: tuple[int, ...], block: int, ranks: tuple[int | None, ...]) -> np.ndarray:
+    """[len(ranks), len(ks), 2 folds, 3]: per space (top r axes of the training fold's rows; None: the full space),
+    shift k and training fold, the squared residual of the affine and of the orthogonal map on the other fold's
+    pairs, and the squared held-out move ‖X_{+k} − X‖²_F."""
     X = np.asarray(X, dtype=np.float64)
-    one_step = best_orthogonal(X[:-1] - X[:-1].mean(axis=0), X[1:] - X[1:].mean(axis=0))
-    out = np.empty((len(ks), len(STATISTICS)))
-    for i, k in enumerate(ks):
-        A, B = X[:-k], X[k:]
-        moved = np.linalg.norm(B - A)
-        basis = np.linalg.qr(np.column_stack([A, np.ones(len(A))]))[0]
-        A_c, B_c = A - A.mean(axis=0), B - B.mean(axis=0)
-        out[i] = (np.linalg.norm(B - basis @ (basis.T @ B)) / moved,
-                  np.linalg.norm(A_c @ best_orthogonal(A_c, B_c) - B_c) / moved,
-                  np.linalg.norm(A_c @ np.linalg.matrix_power(one_step, k) - B_c) / moved)
+    n = len(X)
+    caps = [full_rank(n, ks, block) if r is None else r for r in ranks]
+    out = np.empty((len(ranks), len(ks), 2, 3))
+    parity = block_parity(n, block)
+    for fold in (0, 1):
+        mean, axes = principal_axes(X, np.flatnonzero(parity == fold))
+        for j, cap in enumerate(caps):
+            Z = (X - mean) @ axes[:cap].T
+            for i, k in enumerate(ks):
+                train = parity[:n - k] == fold
+                A, B, At, Bt = Z[:n - k][train], Z[k:][train], Z[:n - k][~train], Z[k:][~train]
+                Q_, R_ = np.linalg.qr(np.column_stack([A, np.ones(len(A))]))
+                affine = np.column_stack([At, np.ones(len(At))]) @ np.linalg.solve(R_, Q_.T @ B) - Bt
+                mean_A, mean_B = A.mean(axis=0), B.mean(axis=0)
+                orthogonal = (At - mean_A) @ best_orthogonal(A - mean_A, B - mean_B) + mean_B - Bt
+                out[j, i, fold] = (np.sum(affine ** 2), np.sum(orthogonal ** 2), np.sum((Bt - At) ** 2))
     return out
 
 
-def coordinate_sets(P: np.ndarray, ranks: tuple[int, ...], cap: int | None = None) -> list[np.ndarray]:
-    """P's top-r principal coordinates for each r in `ranks`, then (the full space) all those whose singular value is
-    above RANK_TOLERANCE of the largest, at most `cap` of them, from one SVD."""
-    U, s, _ = np.linalg.svd(P - P.mean(axis=0), full_matrices=False)
-    full = min(int(np.sum(s > RANK_TOLERANCE * s[0])), cap or len(s))
-    return [U[:, :r] * s[:r] for r in (*ranks, full)]
+def heldout_shares(X: np.ndarray, ks: tuple[int, ...], block: int, ranks: tuple[int | None, ...]) -> np.ndarray:
+    """[len(ranks), len(ks), 3 splits, 2 statistics]: the share of the held-out move each map leaves unexplained, fitted on
+    fold B and tested on A, fitted on A and tested on B, and both pooled, √(Σ residual² / Σ move²)."""
+    sums = heldout_sums(X, ks, block, ranks)
+    splits = np.concatenate([sums[:, :, ::-1], sums.sum(axis=2, keepdims=True)], axis=2)
+    return np.sqrt(splits[..., :2] / splits[..., 2:])
 
 
 def shift_map_analysis(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, ks: tuple[int, ...],
-                       ranks: tuple[int, ...], untrained_rows: int, n_walks: int, seed: int,
-                       sinusoid_base: float) -> Result:
-    """Shift maps of the learned table, the sinusoidal table and random walks, in the top-r coordinates and in full."""
+                       blocks: tuple[int, ...], ranks: tuple[int, ...], leading_rows: int, untrained_rows: int,
+                       n_draws: int, seed: int, sinusoid_base: float, control_width: int) -> Result:
+    """Held-out shift maps of the learned table (without its first and untrained rows), the sinusoidal table of its
+    shape, and `n_draws` random walks and independent-phase surrogates, at the first of `blocks`; the learned
+    table's range over every block size and split."""
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
-    P = P[:len(P) - untrained_rows]
+    P = P[leading_rows:len(P) - untrained_rows]
     n, d = P.shape
-    # The full-space fit needs more pairs than parameters per output; a table with fewer rows than that (GPT-1: 512
-    # positions of width 768) is fitted in its top n/2 principal coordinates instead.
-    cap = d if n - max(ks) > d + 1 else n // 2
-    ks = tuple(k for k in ks if n - k > cap + 1)
+    spaces = (*ranks, None)
+    names = tuple("full" if r is None else f"top{r}" for r in spaces)
+    learned = np.stack([heldout_shares(P, ks, b, spaces) for b in blocks])
+    sinusoidal = np.stack([heldout_shares(sinusoidal_table(n, d, sinusoid_base), ks, b, spaces) for b in blocks])
+    control = np.stack([heldout_shares(sinusoidal_table(n, control_width, sinusoid_base), ks, b, (None,))
+                        for b in blocks])
     rng = np.random.default_rng(seed)
-    subspaces = (*ranks, None)
-    coordinates = {"learned": coordinate_sets(P, ranks, cap),
-                   "sinusoidal": coordinate_sets(sinusoidal_table(n, d, sinusoid_base), ranks, cap)}
-    stats = {name: np.stack([shift_statistics(X, ks) for X in sets]) for name, sets in coordinates.items()}
-    walks = np.stack([np.stack([shift_statistics(X, ks) for X in coordinate_sets(random_walks(n, d, rng), ranks, cap)])
-                      for _ in range(n_walks)])
-    stats["walks"] = walks.mean(axis=0)
+    surrogate = phase_randomiser(P, shared=False)
+    null_tables = {"walks": lambda: random_walks(n, d, rng), "surrogates": lambda: surrogate(rng)}
+    nulls = {name: np.empty((n_draws, len(spaces), len(ks), len(STATISTICS))) for name in NULLS}
+    for draw in range(n_draws):
+        for name in NULLS:
+            table = null_tables[name]()
+            nulls[name][draw] = heldout_shares(table, ks, blocks[0], spaces)[:, :, -1]
+    observed = learned[0, :, :, -1]  # [space, k, statistic] at the first block size, both folds pooled
+    p = {name: (1 + np.sum(nulls[name] <= observed, axis=0)) / (1 + n_draws) for name in NULLS}
+    below = {}
+    for j, space in enumerate(names):
+        for s, statistic in enumerate(STATISTICS):
+            family = [(name, i) for name in NULLS for i in range(len(ks))]
+            for (name, i), rejected in zip(family, holm([p[name][j, i, s] for name, i in family])):
+                below[name, j, i, s] = rejected
     shown = (ks[0], ks[len(ks) // 2], ks[-1])
-    numbers = {"n_rows": Number(n, "d", "trained rows the maps are fitted on"),
-               "n_walks": Number(n_walks, "d", "random walks of the same shape"),
-               "seed": Number(seed, "d", "seed of the random walks"),
-               "full_rank": Number(coordinates["learned"][-1].shape[1], "d",
-                                   "principal coordinates of the learned table kept in the full space"),
+    numbers = {"n_rows": Number(n, "d", "rows the maps are fitted and tested on"),
+               "leading_rows": Number(leading_rows, "d", "first rows left out"),
+               "n_draws": Number(n_draws, "d", "draws of each null"),
+               "seed": Number(seed, "d", "seed of the null draws"),
+               "alpha": Number(FAMILYWISE_ALPHA, ".2f", "familywise error rate of Holm's procedure per map and space"),
+               "block": Number(blocks[0], "d", "positions per block of the folds"),
+               "other_blocks": Text(" and ".join(str(b) for b in blocks[1:]), "other block sizes tried"),
+               "full_rank": Number(full_rank(n, ks, blocks[0]), "d",
+                                   "most principal axes kept in the full space at the first block size"),
                **{f"k_{i}": Number(k, "d", f"shift shown ({i})") for i, k in zip(("first", "middle", "last"), shown)}}
     rows = []
-    for j, r in enumerate(subspaces):
-        space = "full" if r is None else f"top{r}"
-        for name, values in stats.items():
+    for j, space in enumerate(names):
+        for s, statistic in enumerate(STATISTICS):
             for i, k in enumerate(ks):
-                if k not in shown:
-                    continue
-                rows.append((name.replace("walks", "random walks (mean)"), "full" if r is None else f"top {r}", k,
-                             *values[j, i]))
-                for s_index, statistic in enumerate(STATISTICS):
-                    numbers[f"{name}_{space}_k{k}_{statistic}"] = Number(
-                        float(values[j, i, s_index]), ".2f",
-                        f"{name} table, {space} coordinates, shift {k}: share of the move the {statistic} map misses",
-                        SHARE)
-    columns = ("table", "coordinates", "shift k", "affine", "orthogonal", "one step repeated")
-    table = Table(columns, tuple(rows), formats=dict.fromkeys(columns[3:], ".2f"),
-                  accuracy=dict.fromkeys(columns[3:], SHARE))
-    arrays = {"ks": np.array(ks, dtype=np.float64), "ranks": np.array([r or d for r in subspaces], dtype=np.float64),
-              **stats}
-    return Result(numbers, {"shift_maps": table}, arrays, dict.fromkeys(stats, SHARE))
+                key = f"{space}_k{k}_{statistic}"
+                spread = learned[:, j, i, :, s]
+                what = f"{space} coordinates, shift {k}: held-out share of the move the {statistic} map misses"
+                numbers |= {
+                    f"learned_{key}": Number(float(observed[j, i, s]), ".2f", f"learned table, {what}", SHARE),
+                    f"learned_{key}_low": Number(float(spread.min()), ".2f",
+                                                 f"learned table, {what}: least over block sizes and splits", SHARE),
+                    f"learned_{key}_high": Number(float(spread.max()), ".2f",
+                                                  f"learned table, {what}: most over block sizes and splits", SHARE),
+                    f"sinusoidal_{key}": Number(float(sinusoidal[0, j, i, -1, s]), ".2f",
+                                                f"sinusoidal table, {what}", SHARE)}
+                for name in NULLS:
+                    numbers |= {
+                        f"{name}_{key}": Number(float(nulls[name][:, j, i, s].mean()), ".2f",
+                                                f"{name} (mean of {n_draws}), {what}", SHARE),
+                        f"{name}_{key}_p": Text(p_value_text(float(p[name][j, i, s]), n_draws),
+                                                f"{name}: one-sided p of the learned table's share, {key}"),
+                        f"{name}_{key}_below": Text("yes" if below[name, j, i, s] else "no",
+                                                    f"{name}: learned share below the null's (Holm), {key}")}
+                rows.append((space.replace("top", "top "), statistic, k, observed[j, i, s], spread.min(),
+                             spread.max(), sinusoidal[0, j, i, -1, s],
+                             *(v for name in NULLS for v in (nulls[name][:, j, i, s].mean(),
+                                                             p_value_text(float(p[name][j, i, s]), n_draws)
+                                                             .removeprefix("p = ").removeprefix("p "),
+                                                             "yes" if below[name, j, i, s] else "no"))))
+    numbers["control_width"] = Number(control_width, "d", "width of the narrow sinusoidal table (the control)")
+    worst = float(control.max())
+    numbers["control_max"] = Number.bound(
+        worst, CONTROL_BOUND, "the narrow sinusoidal table's largest held-out share, every shift, block and split",
+        "an exact map leaves rounding amplified by the condition number of the training coordinates (up to 1e6), "
+        "and the axes below RANK_TOLERANCE left out") if worst < CONTROL_BOUND else Number(
+        worst, ".2f", "the narrow sinusoidal table's largest held-out share (too few rows to resolve its columns)", SHARE)
+    columns = ("coordinates", "map", "shift k", "learned", "learned, least", "learned, most", "sinusoidal",
+               "walks (mean)", "p, walks", "below walks (Holm)", "surrogates (mean)", "p, surrogates",
+               "below surrogates (Holm)")
+    shares = ("learned", "learned, least", "learned, most", "sinusoidal", "walks (mean)", "surrogates (mean)")
+    table = Table(columns, tuple(rows), formats=dict.fromkeys(shares, ".2f"), accuracy=dict.fromkeys(shares, SHARE))
+    arrays = {"ks": np.array(ks, dtype=np.float64), "blocks": np.array(blocks, dtype=np.float64),
+              "learned": learned, "sinusoidal": sinusoidal, "control": control, **{f"{name}_draws": nulls[name] for name in NULLS}}
+    return Result(numbers, {"shift_maps": table}, arrays,
+                  {name: SHARE for name in arrays if name not in ("ks", "blocks")})
 
 
 def plot_shift_maps(result: Result, shape: ModelShape):
-    """The share of the move by k that each map leaves unexplained, against k, per table and coordinates."""
-    ks, ranks = result.arrays["ks"], result.arrays["ranks"]
-    fig, axes = plotting.subplots(1, 3, figsize=(plotting.MAX_WIDTH, 3.2), sharex=True)
-    colours = {"learned": "C0", "sinusoidal": "C3", "walks": "0.45"}
-    titles = ("best affine map", "best orthogonal map", "one step's map, k times")
-    for s, ax in enumerate(axes):
-        for name, colour in colours.items():
-            for j, r in enumerate(ranks):
-                full = j == len(ranks) - 1
-                label = f"{name.replace('walks', 'random walks (mean)')}, " + ("full" if full else f"top {int(r)}")
-                ax.plot(ks, result.arrays[name][j, :, s], color=colour, lw=1.3 if full else 1.0,
-                        ls="-" if full else "--", marker="o" if full else "s", ms=3, label=label)
-        ax.set_xscale("log", base=2)
+    """The held-out share of the move by k that each map leaves unexplained, against k: the learned table (its
+    range over block sizes and splits shaded), the sinusoidal table and the nulls' 5-95 % bands, per map and space."""
+    ks = result.arrays["ks"]
+    learned, sinusoidal = result.arrays["learned"], result.arrays["sinusoidal"]
+    n_spaces = learned.shape[1]
+    fig, axes = plotting.subplots(n_spaces, len(STATISTICS), figsize=(plotting.MAX_WIDTH, 2.4 * n_spaces),
+                                  sharex=True, squeeze=False)
+    for j in range(n_spaces):
+        for s, ax in enumerate(axes[j]):
+            for name, colour in (("walks", "0.45"), ("surrogates", "C2")):
+                draws = result.arrays[f"{name}_draws"][:, j, :, s]
+                ax.fill_between(ks, *np.quantile(draws, [0.05, 0.95], axis=0), color=colour, alpha=0.25, lw=0)
+                ax.plot(ks, draws.mean(axis=0), color=colour, marker="o", ms=3, lw=1.0,
+                        label=f"{name.replace('walks', 'random walks')} (mean, 5-95 %)")
+            ax.fill_between(ks, learned[:, j, :, :, s].min(axis=(0, 2)), learned[:, j, :, :, s].max(axis=(0, 2)),
+                            color="C0", alpha=0.2, lw=0)
+            ax.plot(ks, learned[0, j, :, -1, s], color="C0", marker="o", ms=3, lw=1.3,
+                    label="learned (range over blocks and splits)")
+            ax.plot(ks, sinusoidal[0, j, :, -1, s], color="C3", marker="s", ms=3, lw=1.0, label="sinusoidal")
+            ax.axhline(1.0, color="0.2", lw=0.6, ls=":")
+            ax.set_xscale("log", base=2)
+            shown = [learned[:, j, :, :, s].max()] + [np.quantile(result.arrays[f"{name}_draws"][:, j, :, s], 0.95)
+                                                      for name in NULLS]
+            ax.set_ylim(0, 1.1 * max(shown))  # the full-width sinusoidal table's outliers run off the top
+            ax.set_title(f"{STATISTICS[s]} map, {'full space' if j == n_spaces - 1 else 'top principal axes'}",
+                         fontsize=9)
+        axes[j][0].set_ylabel("held-out share\nleft unexplained")
+    for ax in axes[-1]:
         ax.set_xlabel("shift k (positions)")
-        ax.set_title(titles[s], fontsize=9)
-        ax.set_ylim(bottom=0)
-    axes[0].set_ylabel("share of the move left unexplained")
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=3, fontsize=plotting.MIN_FONT)
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncol=2, fontsize=plotting.MIN_FONT)
     return fig
 
 
 register(
-    "shift_map", "The shift map of the position table", shift_map_analysis,
-    needs=("W_pos",), params={"ks": (1, 2, 4, 8, 16, 32, 64), "ranks": (3,), "untrained_rows": 1, "n_walks": 10,
-                              "seed": 0, "sinusoid_base": 10000.0},
+    "shift_map", "The shift map of the position table, held out", shift_map_analysis,
+    needs=("W_pos",), params={"ks": (1, 8, 64), "blocks": (64, 32, 128), "ranks": (3,), "leading_rows": 1,
+                              "untrained_rows": 1, "n_draws": 119, "seed": 0, "sinusoid_base": 10000.0,
+                              "control_width": 64},
     figures={"shift_maps": plot_shift_maps}, groups=("position table",),
 )
