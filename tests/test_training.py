@@ -90,6 +90,55 @@ def test_an_unknown_kind_of_positions_is_refused():
         Recipe(positions="rotary")
 
 
+TINY = dict(vocab_size=64, n_ctx=16, d_model=32, n_layers=1, n_heads=2, batch=2, steps=6, warmup=1, eval_windows=2,
+            snapshots=3, first_snapshot=1)
+
+
+def _tiny_tables(recipe: Recipe) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    stream, held_out = rng.integers(1, 64, 4000), rng.integers(1, 64, 400)
+    return [s.W_pos for s in recipe_toolkit.train(recipe, stream, held_out, eot=0)["snapshots"]]
+
+
+def test_the_position_tables_own_decay_applies_to_it_alone_and_the_default_keeps_the_old_groups():
+    """`position_weight_decay` puts the table in a group of its own with that decay, every other matrix keeping the
+    recipe's; left at None, the optimiser has exactly the two groups of the runs trained before the option."""
+    base = Recipe(weight_decay=0.0, **TINY)
+    model = recipe_toolkit.build_model(base, eot=0)
+    for recipe, table_decay in ((base, 0.0), (dataclasses.replace(base, position_weight_decay=0.5), 0.5)):
+        groups = recipe_toolkit.optimiser(model, recipe).param_groups
+        decays = {id(p): g["weight_decay"] for g in groups for p in g["params"]}
+        assert decays[id(model.transformer.wpe.weight)] == table_decay
+        assert decays[id(model.transformer.wte.weight)] == 0.0
+        assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))  # each parameter once
+    # the default keeps the two groups of the runs from before the option, in their order
+    assert [len(g["params"]) for g in recipe_toolkit.optimiser(model, base).param_groups] == \
+        [sum(p.dim() >= 2 for p in model.parameters()), sum(p.dim() < 2 for p in model.parameters())]
+
+
+def test_a_strong_decay_on_the_position_table_shrinks_it_and_none_leaves_it_larger():
+    tables = {decay: _tiny_tables(Recipe(position_weight_decay=decay, peak_lr=0.05, **TINY))[-1]
+              for decay in (0.0, 5.0)}
+    assert np.linalg.norm(tables[5.0]) < 0.9 * np.linalg.norm(tables[0.0])
+
+
+def test_embedding_dropout_is_seeded_and_changes_the_run_only_when_asked_for():
+    plain, dropped = Recipe(**TINY), Recipe(embedding_dropout=0.5, **TINY)
+    assert recipe_toolkit.build_model(dropped, eot=0).transformer.drop.p == 0.5
+    assert recipe_toolkit.build_model(plain, eot=0).transformer.drop.p == 0.0
+    first, again, other = _tiny_tables(dropped), _tiny_tables(dropped), _tiny_tables(plain)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))  # seeded: a rerun repeats it bit for bit
+    assert not np.array_equal(first[-1], other[-1])
+
+
+@pytest.mark.parametrize("field, value, message", [("position_weight_decay", -0.1, "position_weight_decay"),
+                                                   ("embedding_dropout", 1.0, "embedding_dropout"),
+                                                   ("embedding_dropout", -0.1, "embedding_dropout")])
+def test_an_impossible_decay_or_dropout_is_refused(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        Recipe(**{field: value})
+
+
 # ----------------------------------------------------------------------------------- the committed models
 
 
@@ -201,7 +250,13 @@ def test_a_record_from_before_a_field_was_added_reads_as_its_default_and_code_eq
     assert "positions" not in recorded["recipe"]
     assert Recipe.from_dict(recorded["recipe"]) == spec.recipe
     current = training.code_digest(spec.recipe)
-    assert recorded["code"] != current and training.EQUIVALENT_CODE == {current: recorded["code"]}
+    assert recorded["code"] != current and recorded["code"] in training.equivalent_digests(current)
+    assert training.equivalent_digests(current)[-1] == recorded["code"]  # the chain ends at the runs' own digest
+    fixed_spec = MODELS["kjv-gpt2-sinusoidal"]
+    fixed_recorded = read_training_record(training.model_dir(fixed_spec.name) / RECORD_FILE)["fingerprint"]["code"]
+    assert training.equivalent_digests(training.code_digest(fixed_spec.recipe)) == \
+        [training.code_digest(fixed_spec.recipe), fixed_recorded]
+    assert len(training.EQUIVALENT_CODE) == 3  # each declared edit once, for each kind of recipe it touched
     assert training.state(spec.name, spec.recipe) == "fresh"
     fixed = dataclasses.replace(spec.recipe, positions="sinusoidal")
     assert training.code_digest(fixed) != current

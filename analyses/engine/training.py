@@ -64,15 +64,29 @@ def code_digest(recipe: Recipe) -> str:
 
 
 EQUIVALENT_CODE = {
+    "236722c458ca838d74ef865b56417023a680f6db3206414c027f6f5341988725": "1b4372810628b32802ec843e169d19263568a729feb6fcfeeff552690836aa9e",
+    "d11daeb45623a647041ed9dcbc121bafe5063f2b30dee9ba5ffa93bb58defd4e": "74df6dfd7bf9a72bdecc4c11a3c8378b9d771351731d09565fc118b839388d3f",
     "1b4372810628b32802ec843e169d19263568a729feb6fcfeeff552690836aa9e": "4866dfcb1abcb3dcdc1e9cd8a9e4493fe4d93d449055ea197e7ddf9d9195905d",
 }
-"""{current code digest: the digest it is declared to train identically to}, for edits of the training code that
-leave every earlier run's output unchanged, each declared once with its evidence. The one entry: adding
-`Recipe.positions` (the fixed sinusoidal control) left learned-position runs on the same path (the new branch is not
-taken; no random draw moves). Evidence: each of the eleven committed learned-position runs, trained for its first 40
-steps by the code before and after the edit on one machine, gave the same losses, snapshots and weights bit for bit;
-`tests/test_training.py` reruns the first ten steps of every run against its record on any machine. Any further
-edit has a new digest and makes every run stale again."""
+"""{code digest: the earlier digest it is declared to train identically to}, for edits of the training code that
+leave every earlier run's output unchanged, each declared once with its evidence; followed as a chain, so a record
+matches any digest reached from the current one. The edits:
+- adding `Recipe.positions` (the fixed sinusoidal control; 4866df… → 1b4372…): learned-position runs stay on the
+  same path (the new branch is not taken; no random draw moves);
+- adding `Recipe.position_weight_decay` and `Recipe.embedding_dropout` (1b4372… → 236722…, and for the fixed
+  control's recipe 74df6d… → d11dae…): at their defaults the optimiser's groups and the model are those of before.
+Evidence for each: every committed run, trained for its first steps by the code before and after the edit on one
+machine (40 steps for the first edit, 10 for the second), gave the same losses, snapshots and weights bit for bit; `tests/test_training.py` reruns the first ten
+steps of every run against its record on any machine. Any further edit has a new digest and makes every run stale
+again."""
+
+
+def equivalent_digests(current: str) -> list[str]:
+    """The current digest and every earlier one it is declared to train identically to (the chain)."""
+    chain = [current]
+    while chain[-1] in EQUIVALENT_CODE and EQUIVALENT_CODE[chain[-1]] not in chain:
+        chain.append(EQUIVALENT_CODE[chain[-1]])
+    return chain
 
 
 def fingerprint(recipe: Recipe) -> dict:
@@ -95,7 +109,7 @@ def _same(key: str, recorded, current) -> bool:
         except (TypeError, ValueError):
             return False
     if key == "code":
-        return recorded is not None and recorded in (current, EQUIVALENT_CODE.get(current))
+        return recorded is not None and recorded in equivalent_digests(current)
     return recorded == current
 
 

@@ -5,8 +5,9 @@ token embeddings tied to the head), so the saved checkpoint is GPT-2's layout an
 Everything here is computation on arrays and torch modules; the engine's `training` module owns the files.
 
 Determinism: one seed fixes the initialisation (torch) and the order of the training windows (numpy); torch runs
-with a fixed thread count, deterministic algorithms and no dropout, so a rerun on the same machine repeats the run
-bit for bit, and on another CPU to within float32 rounding of the first steps (`tests/test_training.py`).
+with a fixed thread count, deterministic algorithms and no dropout unless the recipe asks for embedding dropout
+(drawn from torch's seeded generator), so a rerun on the same machine repeats the run bit for bit, and on another
+CPU to within float32 rounding of the first steps (`tests/test_training.py`).
 
 Cost. FLOPs per training token follow Kaplan et al. (2020): C = 6 N + 6 n_layer n_ctx d_model, with N the
 parameters of every matrix product (the blocks and the tied head, not the position lookup); the run's throughput
@@ -32,7 +33,9 @@ class Recipe:
     parameters, embeddings included), not to biases or LayerNorm gains; the learning rate rises linearly over
     `warmup` steps and falls along a cosine to zero at `steps`. `positions` is "learned" (a trained table drawn from
     N(0, position_init_std²)) or "sinusoidal" (Vaswani et al.'s table, its entries' RMS scaled to position_init_std,
-    never trained: the fixed-positions control)."""
+    never trained: the fixed-positions control). `position_weight_decay` is the decay of the position table alone
+    (None: `weight_decay`, as for every matrix); `embedding_dropout` is the dropout on the sum of token and position
+    embeddings (GPT-2 trained with 0.1; 0 here by default)."""
 
     seed: int = 0
     vocab_size: int = 2048
@@ -50,6 +53,8 @@ class Recipe:
     init_std: float = 0.02
     position_init_std: float = 0.005
     positions: str = "learned"
+    position_weight_decay: float | None = None
+    embedding_dropout: float = 0.0
     eval_every: int = 100
     eval_windows: int = 32
     snapshots: int = 20
@@ -60,6 +65,10 @@ class Recipe:
     def __post_init__(self) -> None:
         if self.positions not in POSITIONS:
             raise ValueError(f"positions must be one of {', '.join(POSITIONS)}, got {self.positions!r}")
+        if self.position_weight_decay is not None and not self.position_weight_decay >= 0:
+            raise ValueError(f"position_weight_decay must be None or ≥ 0, got {self.position_weight_decay!r}")
+        if not 0 <= self.embedding_dropout < 1:
+            raise ValueError(f"embedding_dropout must be in [0, 1), got {self.embedding_dropout!r}")
 
     def as_dict(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -131,12 +140,12 @@ def build_model(recipe: Recipe, eot: int):
     1/√(2 n_layers), as GPT-2 does), zero biases, unit LayerNorm gains, and positions N(0, position_init_std²)
     (GPT-2's own code used 0.01; the grid's σ runs compare it with this recipe's 0.005); with fixed sinusoidal
     positions, the sinusoidal table at that RMS, excluded from training (no gradient, so no update and no decay).
-    No dropout."""
+    Dropout only on the embeddings, and only where the recipe asks for it (`embedding_dropout`)."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(vocab_size=recipe.vocab_size, n_positions=recipe.n_ctx, n_embd=recipe.d_model,
-                        n_layer=recipe.n_layers, n_head=recipe.n_heads, resid_pdrop=0.0, embd_pdrop=0.0,
+                        n_layer=recipe.n_layers, n_head=recipe.n_heads, resid_pdrop=0.0, embd_pdrop=recipe.embedding_dropout,
                         attn_pdrop=0.0, initializer_range=recipe.init_std, bos_token_id=eot, eos_token_id=eot,
                         tie_word_embeddings=True)
     torch.manual_seed(recipe.seed)
@@ -154,12 +163,18 @@ def build_model(recipe: Recipe, eot: int):
 
 
 def optimiser(model, recipe: Recipe):
+    """AdamW with decoupled decay on the matrices; the position table in a group of its own only when the recipe
+    gives it its own decay (otherwise the groups, and so every update, are those of runs from before the option)."""
     import torch
 
-    decay = [p for p in model.parameters() if p.dim() >= 2]
+    own = recipe.position_weight_decay is not None
+    wpe = model.transformer.wpe.weight
+    decay = [p for p in model.parameters() if p.dim() >= 2 and not (own and p is wpe)]
     rest = [p for p in model.parameters() if p.dim() < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": recipe.weight_decay},
-                              {"params": rest, "weight_decay": 0.0}], lr=recipe.peak_lr, betas=recipe.betas)
+    groups = [{"params": decay, "weight_decay": recipe.weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    if own:
+        groups.append({"params": [wpe], "weight_decay": recipe.position_weight_decay})
+    return torch.optim.AdamW(groups, lr=recipe.peak_lr, betas=recipe.betas)
 
 
 def matmul_parameters(recipe: Recipe) -> int:
