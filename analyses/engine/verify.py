@@ -290,6 +290,29 @@ class _PerturbedGenerator:
         return draw
 
 
+CACHED_ROWS, ROWS_TABLE = "cached_rows", "rows"
+"""An analysis with a parameter `cached_rows` (registered as None) is checked from its own cached table `rows`: the
+check hands that table in ({column: its cells as written}), and the analysis recomputes a fixed sample of the rows and
+derives the rest of its result from the cached ones, so that checking a long run costs its sample."""
+
+
+def cached_rows(entry: Path) -> dict[str, list] | None:
+    """{column: values} of the entry's cached table `rows` (None when it has none)."""
+    path = entry / f"{ROWS_TABLE}.csv"
+    if not path.is_file():
+        return None
+    header, *rows = csv.reader(io.StringIO(path.read_text()))
+    return {column: [_cell(row[i]) for row in rows] for i, column in enumerate(header)}
+
+
+def _computed(analysis, tensors, shape, entry: Path) -> Result:
+    """The analysis run as registered, but handed its cached rows where it takes them (see `CACHED_ROWS`)."""
+    if CACHED_ROWS not in analysis.params:
+        return analysis.run(tensors, shape)
+    params = dict(analysis.params) | {CACHED_ROWS: cached_rows(entry)}
+    return analysis.compute(**params) if analysis.scope == "common" else analysis.compute(tensors, shape, **params)
+
+
 def check(job, cache, perturbation: Perturbation | None = None) -> tuple[Comparison, Result | None]:
     """What a job's cache entry does not reproduce (see `Comparison`; no problems: reproduced), and the fresh result
     (None when the job was not run: not cached, or cached as skipped, which must still lack its inputs). With a
@@ -317,11 +340,11 @@ def check(job, cache, perturbation: Perturbation | None = None) -> tuple[Compari
     source = job.source
     tensors = source.tensors if source else None
     if perturbation is None:
-        result = job.analysis.run(tensors, source.shape if source else None)
+        result = _computed(job.analysis, tensors, source.shape if source else None, entry)
     else:
         with perturbation.draws_and_passes():
-            result = job.analysis.run(perturbation.tensors(tensors) if source else None,
-                                      source.shape if source else None)
+            result = _computed(job.analysis, perturbation.tensors(tensors) if source else None,
+                               source.shape if source else None, entry)
     comparison = measure(entry, result)
     if perturbation is not None:
         comparison.problems += comparison.beyond(MARGIN)
