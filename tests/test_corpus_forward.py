@@ -4,6 +4,7 @@ residual-connection null behave as their definitions say, and the corpus's SHA-2
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import numpy as np
@@ -220,3 +221,179 @@ def test_a_run_time_result_is_cited_with_its_chance_level_or_its_null_at_the_out
         for model in ("minilm", "kjv_gpt2"):
             if f"{model}.{cited}" in paragraph:
                 assert f"{model}.{beside}" in paragraph, (chapter, model, cited, paragraph[:80])
+
+
+# ---------------------------------------------------------------------------
+# The corpus ablation: every window's row cached, the aggregate a function of the rows, a sample recomputed
+
+ABLATED = ("minilm", "kjv_gpt2", "kjv_gpt2_seed1")
+
+
+def _cached_ablation(scope: str):
+    """(numbers {key: value}, {column: values as float arrays}) of a cached corpus_ablation entry."""
+    import csv
+    import json
+    from pathlib import Path
+
+    entry = Path(__file__).resolve().parents[1] / "report" / "_cache" / scope / "corpus_ablation"
+    if not (entry / "rows.csv").is_file():
+        pytest.skip(f"{scope}/corpus_ablation has no cached rows")
+    numbers = {k: v["value"] for k, v in json.loads((entry / "numbers.json").read_text()).items()}
+    with open(entry / "rows.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    return numbers, {c: np.array([float(row[c]) for row in table]) for c in table[0]}
+
+
+def _independent_summary(columns: dict, measure: str, n_random: int) -> dict:
+    """The window-level statistics of one measure recomputed from the rows by plain loops (not the analysis's
+    matrix code): means, the controls' range, margins and counts."""
+    W = len(columns["window"])
+    top = sum(columns[f"{measure} top"]) / W
+    controls = [sum(columns[f"{measure} control {c}"]) / W for c in range(1, n_random + 1)]
+    above = sum(1 for w in range(W) if all(columns[f"{measure} top"][w] > columns[f"{measure} control {c}"][w]
+                                           for c in range(1, n_random + 1)))
+    return {"top": top, "mean": sum(controls) / n_random, "min": min(controls), "max": max(controls),
+            "margin": top - max(controls), "controls_above": sum(1 for c in controls if c >= top), "windows_above": above}
+
+
+@pytest.mark.parametrize("scope", ABLATED)
+def test_the_ablation_aggregate_is_an_independent_computation_from_the_cached_rows(scope):
+    """Every window-level number of the cached ablation is what plain loops over its cached per-window rows give,
+    the rows cover every window once, and each verdict follows from its margin's interval and the controls' range."""
+    numbers, columns = _cached_ablation(scope)
+    assert columns["window"].tolist() == list(range(int(numbers["n_windows"]))) and numbers["n_windows"] >= 200
+    for measure in ("tv", "cos", "loss"):
+        top_key, mean_key, p = cf.KEYS[measure]
+        if f"{measure} top" not in columns:
+            assert top_key not in numbers
+            continue
+        got = _independent_summary(columns, measure, int(numbers["n_random"]))
+        for stat, key in (("top", top_key), ("mean", mean_key), ("min", f"{p}_random_min"),
+                          ("max", f"{p}_random_max"), ("margin", f"{p}_margin")):
+            assert numbers[key] == pytest.approx(got[stat], rel=1e-9, abs=1e-12), (scope, key)
+        assert numbers[f"{p}_controls_above"] == got["controls_above"]
+        assert numbers[f"{p}_windows_above"] == got["windows_above"]
+        assert numbers[f"{p}_margin_low"] <= numbers[f"{p}_margin"] <= numbers[f"{p}_margin_high"]
+        expected = ("above every control" if numbers[f"{p}_margin_low"] > 0 else
+                    "above every control's mean, not beyond the strongest's interval" if got["margin"] > 0 else
+                    "within the controls' range" if got["top"] >= got["min"] else "below every control")
+        assert numbers[f"verdict_{measure}"] == expected, (scope, measure)
+
+
+@pytest.fixture(scope="module")
+def kjv():
+    return open_source("kjv-gpt2")
+
+
+ENTRY = "kjv_gpt2", "corpus_ablation"
+
+
+def _copied_cache(tmp_path):
+    """A cache holding a copy of kjv_gpt2's cached ablation entry, and that entry's directory."""
+    from pathlib import Path
+
+    from analyses.engine.cache import Cache
+
+    source = Path(__file__).resolve().parents[1] / "report" / "_cache" / ENTRY[0] / ENTRY[1]
+    if not (source / "rows.csv").is_file():
+        pytest.skip("kjv_gpt2/corpus_ablation has no cached rows")
+    shutil.copytree(source, tmp_path / "cache" / ENTRY[0] / ENTRY[1])
+    return Cache(tmp_path / "cache", tmp_path / "_variables.yml"), tmp_path / "cache" / ENTRY[0] / ENTRY[1]
+
+
+@pytest.fixture(scope="module")
+def sampled_check(kjv, tmp_path_factory):
+    """The recomputation check of kjv_gpt2's cached ablation, run once: (its problems, the windows it recomputed)."""
+    from analyses.engine.verify import check
+
+    cache, _ = _copied_cache(tmp_path_factory.mktemp("check"))
+    computed = []
+    window_rows = cf.window_rows
+
+    def recording(fresh, *args):
+        computed.extend(fresh)
+        return window_rows(fresh, *args)
+
+    cf.window_rows = recording
+    try:
+        problems = check(plan(select(["corpus_ablation"]), [kjv])[0], cache)[0].problems
+    finally:
+        cf.window_rows = window_rows
+    return problems, sorted(computed)
+
+
+def test_the_check_recomputes_only_the_sample_and_reproduces_the_cached_ablation(sampled_check):
+    """`verify` hands the analysis its cached rows: it recomputes its fixed sample of windows, each within its
+    declared accuracy of the cached row (and of every cached number), and builds the rest from the cached rows."""
+    problems, computed = sampled_check
+    assert problems == []
+    assert len(computed) == select(["corpus_ablation"])[0].params["n_sample"]
+
+
+def _edited_check(tmp_path, kjv, sample, column: str, sampled: bool, monkeypatch):
+    """The check on a copy whose `column` is moved by 1 in one window, in the sample or out of it. The sample's
+    passes are replaced by its cached rows (so that only the edit can differ from the cache at window level)."""
+    import csv
+    import io
+
+    from analyses.engine.verify import check
+
+    cache, entry = _copied_cache(tmp_path)
+    header, *rows = list(csv.reader(io.StringIO((entry / "rows.csv").read_text())))
+    values = {int(row[0]): dict(zip(header, row)) for row in rows}
+    ids, _ = cf.corpus_windows(kjv.tensors, kjv.shape, cf.window_spec(cf.WINDOWS, kjv.shape), cf.load_corpus())
+    index = {ids[w].tobytes(): w for w in range(len(ids))}
+
+    def cached_pass(tensors, shape, window_ids, positions, content):
+        row = values[index[np.asarray(window_ids).tobytes()]]
+        out = {m: np.array([float(row[f"{m} top"]), *(float(row[f"{m} control {c}"]) for c in range(1, len(positions) - 1))])
+               for m in ("tv", "cos", "loss")}
+        return out | {"clean": float(row["loss unablated"]), "heads": np.ones((len(positions) - 1, shape.n_layers, shape.n_heads))}
+
+    w = sample[0] if sampled else next(w for w in range(len(rows)) if w not in sample)
+    rows[w][header.index(column)] = repr(float(rows[w][header.index(column)]) + 1.0)
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows([header, *rows])
+    (entry / "rows.csv").write_text(out.getvalue())
+    monkeypatch.setattr(cf, "ablation_window", cached_pass)
+    return check(plan(select(["corpus_ablation"]), [kjv])[0], cache)[0].problems
+
+
+def test_an_edited_sample_row_is_not_reproduced(tmp_path, kjv, sampled_check, monkeypatch):
+    problems = _edited_check(tmp_path, kjv, sampled_check[1], "cos top", True, monkeypatch)
+    assert any(p.startswith("table rows, row") and "cos top" in p for p in problems), problems
+
+
+def test_an_edited_row_outside_the_sample_moves_the_aggregate(tmp_path, kjv, sampled_check, monkeypatch):
+    problems = _edited_check(tmp_path, kjv, sampled_check[1], "loss top", False, monkeypatch)
+    assert any(p.startswith("loss_top") for p in problems), problems
+    assert not any(p.startswith("table rows, row") for p in problems), problems  # every cell as cached
+
+
+ABLATION_CHAPTERS = ("index.qmd", "forward-pass.qmd", "appendix-forward-pass.qmd", "appendix-growing.qmd")
+UNQUALIFIED = re.compile(r"(\b(no|nothing)\b[^.]*\bspecific\b[^.]*\boutput\b|\boutput\b[^.]*\b(no|nothing)\b[^.]*\bspecific\b"
+                         r"|final states no more)", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("chapter", ABLATION_CHAPTERS)
+def test_the_ablation_is_judged_per_measure_and_cited_with_its_windows(chapter):
+    """Issue 45: "no specific effect at the output" held for the cosine of the final states, not for the next-token
+    loss. No sentence may say so of the output without naming the loss; a paragraph that cites the trained model's
+    cosine at the output cites its loss change and both verdicts; every paragraph citing a corpus result cites how
+    many windows it rests on (the per-head statistics: the sample's)."""
+    for paragraph in _paragraphs(chapter):
+        for sentence in re.split(r"(?<=[.;:])\s", paragraph):
+            if UNQUALIFIED.search(sentence):
+                assert "loss" in sentence, (chapter, sentence)
+        for model in ("minilm", "kjv_gpt2", "kjv_gpt2_seed1"):
+            if f"{model}.corpus_ablation.cos_distance_top_last" in paragraph and model != "minilm":
+                for key in ("loss_top", "verdict_loss", "verdict_cos"):
+                    assert f"{model}.corpus_ablation.{key}" in paragraph, (chapter, model, key, paragraph[:80])
+            keys = set(re.findall(rf"{model}\.corpus_ablation\.(\w+)", paragraph))
+            if keys - {"k", "n_random", "energy_removed"}:
+                assert "n_windows" in keys or "n_sample" in keys, (chapter, model, sorted(keys), paragraph[:80])
+            if keys & {"n_heads_above_all", "head_ratio_max_head", "head_tv_top", "head_tv_random_max"}:
+                assert "n_sample" in keys, (chapter, model, paragraph[:80])
+            states = set(re.findall(rf"{model}\.corpus_states\.(\w+)", paragraph))
+            if states & {"pos_emb", "pos_last", "pos_shuffled_last"}:
+                assert "windows" in states, (chapter, model, paragraph[:80])

@@ -21,9 +21,10 @@ from analyses.toolkit.subspaces import (captured, energy_fraction, prefix_overla
 def position_token_subspaces(tensors: ModelInputs, shape: ModelShape, *, ks: tuple[int, ...],
                              angle_ks: tuple[int, ...], capture_k: int, capture_ks: tuple[int, ...], n_random: int,
                              seed: int, agreement_tol: float, sparse_vectors: int, sparse_mass: float,
-                             width_share: float) -> Result:
+                             width_share: float, trained_rows: dict[str, int]) -> Result:
     """P's energy in E's top-k subspace against random subspaces; principal angles; Simon's capture plot; E's
-    energy in the dimensions that P's sparse top directions use."""
+    energy in the dimensions that P's sparse top directions use. For a model in `trained_rows` (MiniLM, whose
+    fine-tuning read only its first 128 positions), the enrichment again on those rows alone."""
     D = shape.d_model
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
     S_E, V_E = np.asarray(tensors["E_centred.S"]), np.asarray(tensors["E_centred.V"])
@@ -38,6 +39,8 @@ def position_token_subspaces(tensors: ModelInputs, shape: ModelShape, *, ks: tup
     numbers |= angle_numbers | capture_numbers | _sparse_columns(P, S_E, V_E, sparse_vectors, sparse_mass)
     first_numbers, first_tables = _first_direction(P, S_E, V_E, ks, usable_ks(capture_ks, D - 1, D))
     numbers |= first_numbers | _same_width(P, V_E, width_share)
+    if shape.name in trained_rows:
+        numbers |= _trained_rows(P[:trained_rows[shape.name]], V_E, ks, width_share)
     tables |= first_tables
     arrays |= angle_arrays
     arrays |= {"capture": capture, "capture_sd": np.array(capture_sd), "capture_k": np.array(capture_k),
@@ -324,6 +327,20 @@ def _same_width(P: np.ndarray, V_E: np.ndarray, width_share: float) -> dict:
     return numbers
 
 
+def _trained_rows(P: np.ndarray, V_E: np.ndarray, ks: tuple[int, ...], width_share: float) -> dict:
+    """The enrichment of P's energy in E's top-k subspace over chance (`ratio_k`, and at the same fraction of the
+    width) on the rows `P` alone: the positions fine-tuning read, without those only pre-training trained."""
+    numbers = {"trained_rows": Number(P.shape[0], "d", "positions fine-tuning read (model card)")}
+    numbers |= {f"{key}_trained": number for key, number in _same_width(P, V_E, width_share).items()
+                if key in ("width_ratio", "width_z")}
+    for k in ks:
+        a = float(np.sum((P @ V_E[:, :k]) ** 2) / np.sum(P**2))
+        mean, sd = random_energy_moments(P, k, "output")
+        numbers |= {f"ratio_k{k}_trained": Number(a / mean, ".2f", f"energy over chance at k = {k}, those rows alone"),
+                    f"z_k{k}_trained": Number((a - mean) / sd, ".1f", "its z against random subspaces (exact sd)")}
+    return numbers
+
+
 def _first_direction(P: np.ndarray, S_E: np.ndarray, V_E: np.ndarray, ks: tuple[int, ...],
                      capture_ks: tuple[int, ...]) -> tuple[dict, dict[str, Table]]:
     """(numbers, tables): the P–E overlap verdicts that E_c's first direction v₁ can decide, with and without it.
@@ -492,6 +509,7 @@ register(
     needs=("W_pos", *TOKEN_SUBSPACE),
     params={"ks": (10, 30, 100, 300, 500), "angle_ks": (10, 30, 100), "capture_k": 30, "n_random": 200, "seed": 0,
             "agreement_tol": 1e-4, "sparse_vectors": 10, "sparse_mass": 0.9, "capture_ks": (3, 5, 10, 30),
-            "width_share": 30 / 768},  # GPT-2's top 30: the same fraction of every model's width  # the last two: sparse_directions' own
+            "width_share": 30 / 768,  # GPT-2's top 30: the same fraction of every model's width  # the last two: sparse_directions' own
+            "trained_rows": {"all-MiniLM-L6-v2": 128}},  # MiniLM's fine-tuned length (corpus_forward.WINDOWS)
     figures={"energy": plot_energy, "spectra": plot_spectra, "capture": plot_capture, "angles": plot_angles},
 )
