@@ -303,7 +303,7 @@ def cached_rows(entry: Path) -> dict[str, list] | None:
     path = entry / f"{ROWS_TABLE}.csv"
     if not path.is_file():
         return None
-    header, *rows = csv.reader(io.StringIO(path.read_text()))
+    header, *rows = csv.reader(io.StringIO(path.read_text(encoding="utf-8")))
     return {column: [_cell(row[i]) for row in rows] for i, column in enumerate(header)}
 
 
