@@ -125,6 +125,27 @@ def test_every_reading_of_the_off_toeplitz_share_stands_beside_the_shift_invaria
         cited("gpt2.toeplitz_gram.shared_nontoeplitz_share_max").rstrip("%")) and low < 30
 
 
+
+def test_every_reading_of_the_shift_map_keeps_to_what_the_nulls_and_the_unregularised_fit_allow():
+    """The held-out shift map, as a referee's independent check left it. The independent-phase surrogates are
+    circular: they carry the jump from the table's last row to its first, which makes them rougher than GPT-2's
+    table, so they are not "tables without shift structure" and beating them is no evidence of one ("better than
+    both nulls" withdrawn). The full-width one-step share above 1 is that of the unregularised least-squares map,
+    which overfits, so every "worse than standing still" says "unregularised" in the same sentence. The readings
+    that replace them stay: better than for random walks, not demonstrably better than for the surrogates."""
+    text = chapters()
+    for withdrawn in ("better than both nulls", "tables without shift structure", "better than for tables without",
+                      "more than for smooth tables without shift structure"):
+        assert withdrawn not in text, withdrawn
+    sentences = re.split(r"(?<=[.;!?])\s+(?=[A-Z@(\[{])", text)
+    worse = [s for s in sentences if re.search(r"worse than (by )?standing still", s)]
+    assert worse
+    for sentence in worse:
+        assert "unregularised" in sentence, sentence
+    for kept in ("better than for random walks, though not demonstrably better than for surrogates",
+                 "no better than standing still (worse, unregularised)", "without the wrap-around jump"):
+        assert kept in text, kept
+
 @pytest.mark.skipif(not GPT2, reason="needs GPT-2's weights (GPT2_WEIGHTS unset)")
 def test_gpt2_toeplitz_share_against_shared_phase_draws_recomputed_directly():
     """Other code: each shift-invariant draw by its own FFT with one phase per frequency, G formed and its diagonals

@@ -124,12 +124,13 @@ def test_gpt2_key_numbers_recomputed_from_the_raw_wpe(gpt2_weights):
 
 
 def test_the_chapter_readings_hold_in_the_cached_numbers():
-    """The readings of the sinusoidal chapter and its appendix, from the cache. GPT-2, full space: a one-step move
-    worse than standing still at every block size and fold, not below the surrogates' share (below the walks'); at
-    8 steps below both nulls but above 1 at the first block size; at 64 steps below both nulls, affine and
-    orthogonal; the full-width sinusoidal table not recovered. Top three axes: one step below both nulls and below
-    1, 64 steps below neither. The narrow control exact. kjv-gpt2: 64 steps below both nulls; MiniLM: one step
-    below both, 64 steps below neither."""
+    """The readings of the sinusoidal chapter and its appendix, from the cache. GPT-2, full space: the unregularised
+    map's one-step share above 1 at every block size and fold, not below the surrogates' share (below the walks');
+    at 8 steps below the walks' but above 1 at the first block size; at 64 steps below the walks', affine and
+    orthogonal (and below the surrogates', which the text cites but does not read as shift structure: they carry
+    the wrap-around jump); the full-width sinusoidal table not recovered. Top three axes: one step below both nulls
+    and below 1, 64 steps below neither. The narrow control exact. kjv-gpt2: 64 steps below both nulls; MiniLM:
+    one step below both, 64 steps below neither. The wording itself: tests/test_readings.py."""
     n = cached("gpt2")
     text = {k: v["value"] for k, v in json.loads((CACHE / "gpt2" / "shift_map" / "numbers.json").read_text()).items()}
     assert n["leading_rows"] >= 1 and n["control_max"] <= 1e-3
