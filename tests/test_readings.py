@@ -146,6 +146,7 @@ def test_every_reading_of_the_shift_map_keeps_to_what_the_nulls_and_the_unregula
                  "no better than standing still (worse, unregularised)", "without the wrap-around jump"):
         assert kept in text, kept
 
+
 @pytest.mark.skipif(not GPT2, reason="needs GPT-2's weights (GPT2_WEIGHTS unset)")
 def test_gpt2_toeplitz_share_against_shared_phase_draws_recomputed_directly():
     """Other code: each shift-invariant draw by its own FFT with one phase per frequency, G formed and its diagonals
