@@ -28,7 +28,8 @@ def test_holm_rejects_step_down_and_stops_at_the_first_failure():
     assert holm([0.01, 0.04, 0.03, 0.005]) == [True, False, False, True]  # 0.03 > 0.025 stops the rest
     assert holm([0.01, 0.016, 0.024, 0.049]) == [True, True, True, True]
     assert holm([0.06, 0.001]) == [False, True] and holm([0.02, 0.001]) == [True, True]
-    assert draws_for(24) == 479 and 1 / (1 + draws_for(24)) <= 0.05 / 24 < 1 / draws_for(24)
+    for m, n in [(24, 479), (9, 179), (5, 99)]:  # 9 and 5: the similarity nulls' families
+        assert draws_for(m) == n and 1 / (1 + draws_for(m)) <= 0.05 / m < 1 / draws_for(m)
 
 
 def test_two_sided_p_folds_around_the_pooled_median():

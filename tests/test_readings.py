@@ -79,7 +79,32 @@ def test_similarity_null_readings_hold_under_the_rule():
     assert value["shuffle_effect_min"] == pytest.approx(min(shuffle_effects), rel=1e-6)
 
 
+@pytest.mark.parametrize("model", ["gpt2", "minilm"])
+def test_similarity_null_verdicts_are_holm_within_each_null(model):
+    """Each null is its own family: Holm's step-down rule, written here again, applied to each null's two-sided
+    p-values from the cached table (a cell "< bound" is the floor 1/(1 + draws)) gives the table's verdicts, and
+    each family's draws let its smallest p-value meet alpha/m."""
+    import csv
+
+    with open(REPO / "report" / "_cache" / model / "shuffle_nulls" / "null_tests.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["Holm"] != "kept exactly"]
+    for null in dict.fromkeys(r["null"] for r in rows):
+        family = [r for r in rows if r["null"] == null]
+        draws = int(family[0]["draws"])
+        p = [1 / (1 + draws) if r["p-value"].startswith("<") else float(r["p-value"]) for r in family]
+        m = len(p)
+        assert 1 / (1 + draws) <= 0.05 / m, null
+        rejected, order = [False] * m, sorted(range(m), key=lambda i: p[i])
+        for rank, i in enumerate(order):
+            if p[i] > 0.05 / (m - rank):
+                break
+            rejected[i] = True
+        assert [r["Holm"].startswith("yes") for r in family] == rejected, null
+
+
 @pytest.mark.parametrize("wording", [
+    r"rule over the whole table", r"n_tests >}} tests form one family", r"shuffle_nulls\\.holm_threshold_min >}}",
+    r"shuffle_nulls\.n_draws >}}",  # one family over all nulls' tests, one number of draws: no longer the rule
     r"thousands of (null )?(standard deviations|SDs)",  # false for the largest |cos| and five more shuffle tests
     r"distances run to thousands",
     r"Gaussian check", r"check for a Gaussian shape", r"Gaussian (upper )?tail at the effect size", r"p, Gaussian",

@@ -1,5 +1,5 @@
 """Constructed and closed-form checks of the four null models (analyses/shuffle_nulls.py), the draws their family
-needs under Holm's rule, and one statistic recomputed independently from GPT-2's weights."""
+needs under Holm's rule (each null its own family), and one statistic recomputed independently from GPT-2's weights."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from analyses.shuffle_nulls import (
     KEPT_BY_CONSTRUCTION,
     NULLS,
     PCA_KEY,
-    N_TESTS,
+    DRAWS_NEEDED,
     TESTED as TESTED_BY_NULL,
     effect_size,
     shuffle_columns,
@@ -91,7 +91,7 @@ def test_structured_matrix_gets_the_smallest_p_value():
         assert result.numbers[key].value == f"p < {floor_bound(n)} ({n} draws)"
     cells = [r[8] for r in result.tables["null_tests"].rows if r[8] != "kept exactly"]
     assert result.numbers["n_tests_at_floor"].value == cells.count(f"< {floor_bound(n)}") >= 5
-    assert result.numbers["min_p_value"].value == pytest.approx(smallest)
+    assert all(result.numbers[f"{null}_min_p_value"].value == pytest.approx(smallest) for null in NULLS)
 
 
 def test_nulls_are_deterministic_under_the_seed():
@@ -152,25 +152,54 @@ def test_position_statistics_see_where_along_the_context_the_similarity_changes(
     assert stats["positions_nonoffset"] > 0.01 and stats["positions_spread"] > 0.01
 
 
-def test_every_test_of_the_family_can_meet_holms_smallest_threshold_on_its_own_draws():
-    """The family is the whole table (every null and statistic not kept by construction); with N draws a p-value
-    cannot fall below 1/(1 + N), so N must be at least `draws_for`(m) for the first p-value to meet alpha/m. The
-    registered analysis draws that many, and so does every cached model (50 draws, the old setting, cannot)."""
+def test_every_test_of_each_nulls_family_can_meet_holms_smallest_threshold_on_its_own_draws():
+    """Each null asks its own question, so its tests (every statistic it does not keep by construction) are one Holm
+    family of m tests; a p-value from N draws cannot fall below 1/(1 + N), so the null needs N ≥ `draws_for`(m) for
+    its first p-value to meet alpha/m: 179 draws for nine tests, 99 for the shared phases' five. The registered
+    analysis draws that many, and so does every cached model (50 draws, the old setting, could not)."""
     import json
     from pathlib import Path
 
     from analyses.engine.registry import all_analyses
 
-    assert N_TESTS == sum(map(len, TESTED_BY_NULL.values())) == 4 * 9 - len(KEPT_BY_CONSTRUCTION["phases_shared"])
+    assert {null: len(tested) for null, tested in TESTED_BY_NULL.items()} == {
+        "entries": 9, "columns": 9, "phases_independent": 9, "phases_shared": 9 - len(KEPT_BY_CONSTRUCTION["phases_shared"])}
+    assert DRAWS_NEEDED == {"entries": 179, "columns": 179, "phases_independent": 179, "phases_shared": 99}
+    for null, tested in TESTED_BY_NULL.items():  # the floor meets alpha/m; one draw fewer would not
+        assert 1 / (1 + DRAWS_NEEDED[null]) <= FAMILYWISE_ALPHA / len(tested) < 1 / DRAWS_NEEDED[null]
     registered = all_analyses()["shuffle_nulls"].params["n_draws"]
-    assert registered is None or registered >= draws_for(N_TESTS)
-    assert 1 / (1 + draws_for(N_TESTS)) <= FAMILYWISE_ALPHA / N_TESTS
+    assert registered is None
     cached = sorted((Path(__file__).resolve().parents[1] / "report" / "_cache").glob("*/shuffle_nulls/numbers.json"))
     assert cached
     for path in cached:
         value = {k: v["value"] for k, v in json.loads(path.read_text()).items()}
-        assert value["n_draws"] >= value["n_draws_needed"] == draws_for(value["n_tests"]), path
-        assert value["min_p_value"] <= value["holm_threshold_min"] == pytest.approx(FAMILYWISE_ALPHA / value["n_tests"])
+        assert sum(value[f"{null}_n_tests"] for null in NULLS) == value["n_tests"], path
+        for null in NULLS:
+            family = value[f"{null}_n_tests"]
+            assert family == len(TESTED_BY_NULL[null]), (path, null)
+            assert value[f"{null}_n_draws"] >= value[f"{null}_n_draws_needed"] == draws_for(family), (path, null)
+            assert value[f"{null}_min_p_value"] == pytest.approx(1 / (1 + value[f"{null}_n_draws"]))
+            assert value[f"{null}_min_p_value"] <= value[f"{null}_holm_threshold_min"] == pytest.approx(
+                FAMILYWISE_ALPHA / family), (path, null)
+
+
+def test_holm_decides_within_each_null_and_a_full_family_at_the_floor_is_all_rejected():
+    """A test at the floor 1/(1 + N) with N = `draws_for`(m) meets alpha/m, so a null whose every test sits at the
+    floor has all of them rejected, on its own family; and the verdicts do not depend on the other nulls' p-values."""
+    rng = np.random.default_rng(5)
+    t = np.linspace(0, 2 * np.pi, 48)
+    helix = np.column_stack([np.cos(t), np.sin(t), np.linspace(-1, 1, 48)])
+    P = helix @ rng.standard_normal((3, 24)) + 0.01 * rng.standard_normal((48, 24))
+    result = shuffle_nulls({"W_pos": P}, SHAPE, **(PARAMS | {"n_draws": None}))
+    for null in NULLS:
+        assert result.numbers[f"{null}_n_draws"].value == DRAWS_NEEDED[null]
+    rows = [r for r in result.tables["null_tests"].rows if r[8] != "kept exactly"]
+    for null, label in [("entries", "all entries shuffled"), ("columns", "each dimension shuffled")]:
+        family = [r for r in rows if r[0] == label]
+        if all(isinstance(r[8], str) for r in family):  # every test of the family at its floor
+            assert all(r[9].startswith("yes") for r in family)
+            assert result.numbers[f"{null}_n_rejected"].value == len(family)
+        assert all(r[11] == DRAWS_NEEDED[null] for r in family)
 
 
 def test_a_statistic_below_its_null_is_rejected_too():
@@ -181,7 +210,7 @@ def test_a_statistic_below_its_null_is_rejected_too():
     P = np.outer(np.cos(t), np.linspace(1, 2, 24)) + np.outer(np.sin(t), np.linspace(2, -1, 24))
     P += 0.01 * np.random.default_rng(0).standard_normal(P.shape)
     result = shuffle_nulls({"W_pos": P}, SHAPE, **(PARAMS | {"n_draws": None}))
-    assert result.numbers["n_draws"].value == draws_for(N_TESTS)
+    assert all(result.numbers[f"{null}_n_draws"].value == DRAWS_NEEDED[null] for null in NULLS)
     verdict = {(r[0], r[1], r[2]): r[9] for r in result.tables["null_tests"].rows}
     for null in ("all entries shuffled", "each dimension shuffled"):
         assert verdict[(null, "positions", "share of cos² not a function of offset")] == "yes, below"
