@@ -28,4 +28,38 @@ def test_holm_rejects_step_down_and_stops_at_the_first_failure():
     assert holm([0.01, 0.04, 0.03, 0.005]) == [True, False, False, True]  # 0.03 > 0.025 stops the rest
     assert holm([0.01, 0.016, 0.024, 0.049]) == [True, True, True, True]
     assert holm([0.06, 0.001]) == [False, True] and holm([0.02, 0.001]) == [True, True]
-    assert draws_for(24) == 479 and 1 / (1 + draws_for(24)) <= 0.05 / 24 < 1 / draws_for(24)
+    for m, n in [(24, 479), (9, 179), (5, 99)]:  # 9 and 5: the similarity nulls' families
+        assert draws_for(m) == n and 1 / (1 + draws_for(m)) <= 0.05 / m < 1 / draws_for(m)
+
+
+def test_two_sided_p_folds_around_the_pooled_median():
+    """(1 + #{|s_k − c| ≥ |s − c|}) / (1 + N), c the median of the draws and the observation together."""
+    from analyses.toolkit.pvalues import two_sided_p
+
+    null = [1.0, 2.0, 3.0, 4.0]
+    assert two_sided_p(null, 10.0) == pytest.approx(1 / 5)  # c = 3: distances 2, 1, 0, 1 against 7
+    assert two_sided_p(null, -10.0) == pytest.approx(1 / 5)  # below every draw: the same floor, not doubled
+    assert two_sided_p(null, 2.5) == pytest.approx(1.0)  # at the centre
+    assert two_sided_p(null, 4.0) == pytest.approx(4 / 5)  # c = 3: ties count against the observation
+    assert two_sided_p([0.0] * 9, 0.5) == pytest.approx(1 / 10) and two_sided_p([0.0] * 9, 0.0) == 1.0
+
+
+@pytest.mark.parametrize("draw", ["normal", "exponential"])
+def test_two_sided_p_is_exact_under_the_null_and_reaches_its_floor_from_either_side(draw):
+    """With the observation exchangeable with its N draws, P(p ≤ k/(N + 1)) = k/(N + 1), for a skewed null too.
+    Far enough out, either side reaches the floor 1/(N + 1); for a symmetric null both sides reach it equally often
+    (a skewed one is not equal-tailed: the short side must go farther from the median than the long side's draws)."""
+    import numpy as np
+
+    from analyses.toolkit.pvalues import two_sided_p
+
+    rng = np.random.default_rng(0)
+    n_draws, trials = 19, 20000
+    values = getattr(rng, draw)(size=(trials, n_draws + 1))
+    p = np.array([two_sided_p(row[1:], row[0]) for row in values])
+    for k in (1, 2, 5):
+        assert abs(np.mean(p <= k / (n_draws + 1)) - k / (n_draws + 1)) < 4 * np.sqrt(k / 20 / trials)
+    assert two_sided_p(values[0, 1:], -100.0) == two_sided_p(values[0, 1:], 100.0) == 1 / (n_draws + 1)
+    if draw == "normal":
+        below = values[:, 0] < np.median(values, axis=1)
+        assert 0.4 < np.mean(below[p <= 1 / (n_draws + 1)]) < 0.6

@@ -54,23 +54,66 @@ def test_gpt2_mean_cosine_first_negative_offset_and_its_return_above_zero():
     assert means[int(cited("gpt2.similarity.offset_next_max")) - 1] > 0
 
 
-def test_shared_phase_reading_holds_under_the_rule_and_its_check():
-    """The similarity chapter reads: the shared-phase null is not rejected on the two statistics that see where
-    along the context the similarity changes, while independent phases are; the counts cited with a range hold
-    their order (low ≤ value ≤ high)."""
-    import json
+def test_similarity_null_readings_hold_under_the_rule():
+    """The similarity chapter reads: every shuffle test rejected, each observation outside every draw (including
+    the share not explained by offset, where P lies below the shuffles); the shared-phase null not rejected on the two
+    statistics that see where along the context the similarity changes, while independent phases are; and the
+    shuffles' effect sizes cited as a range, not as "thousands"."""
+    import csv
 
     numbers = json.loads((REPO / "report" / "_cache" / "gpt2" / "shuffle_nulls" / "numbers.json").read_text())
     value = {k: v["value"] for k, v in numbers.items()}
+    with open(REPO / "report" / "_cache" / "gpt2" / "shuffle_nulls" / "null_tests.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    decided = {(r["null"], r["similarity"], r["statistic"]): r["Holm"] for r in rows}
+    for statistic in ("share of cos² not a function of offset", "sd of cos over n at fixed offset"):
+        assert decided[("shared phases", "positions", statistic)] == "no"
+        assert decided[("independent phases", "positions", statistic)].startswith("yes")
+    for null in ("all entries shuffled", "each dimension shuffled"):
+        assert decided[(null, "positions", "share of cos² not a function of offset")] == "yes, below"
+    assert value["n_shuffle_rejected"] == value["n_shuffle_at_floor"] == value["n_shuffle_tests"]
+    shuffle_effects = [abs(float(r["effect size"])) for r in rows
+                       if r["null"] in ("all entries shuffled", "each dimension shuffled") and r["effect size"][-1].isdigit()]
+    assert min(shuffle_effects) < 1000  # so "thousands of null standard deviations" would be false
+    assert sum(z >= 1000 for z in shuffle_effects) > len(shuffle_effects) / 2  # the caption's "most in the thousands"
+    assert value["shuffle_effect_min"] == pytest.approx(min(shuffle_effects), rel=1e-6)
+
+
+@pytest.mark.parametrize("model", ["gpt2", "minilm"])
+def test_similarity_null_verdicts_are_holm_within_each_null(model):
+    """Each null is its own family: Holm's step-down rule, written here again, applied to each null's two-sided
+    p-values from the cached table (a cell "< bound" is the floor 1/(1 + draws)) gives the table's verdicts, and
+    each family's draws let its smallest p-value meet alpha/m."""
     import csv
 
-    with open(REPO / "report" / "_cache" / "gpt2" / "shuffle_nulls" / "null_tests.csv", newline="") as f:
-        decided = {(r["null"], r["statistic"]): r["Holm"] for r in csv.DictReader(f)}
-    for statistic in ("share of cos² not a function of offset", "sd of cos over n at fixed offset"):
-        assert decided[("shared phases", statistic)] == "no"
-        assert decided[("independent phases", statistic)] == "yes"
-    for part in ("shuffle", "surrogate"):
-        assert value[f"n_{part}_rejected_low"] <= value[f"n_{part}_rejected"] <= value[f"n_{part}_rejected_high"]
+    with open(REPO / "report" / "_cache" / model / "shuffle_nulls" / "null_tests.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["Holm"] != "kept exactly"]
+    for null in dict.fromkeys(r["null"] for r in rows):
+        family = [r for r in rows if r["null"] == null]
+        draws = int(family[0]["draws"])
+        p = [1 / (1 + draws) if r["p-value"].startswith("<") else float(r["p-value"]) for r in family]
+        m = len(p)
+        assert 1 / (1 + draws) <= 0.05 / m, null
+        rejected, order = [False] * m, sorted(range(m), key=lambda i: p[i])
+        for rank, i in enumerate(order):
+            if p[i] > 0.05 / (m - rank):
+                break
+            rejected[i] = True
+        assert [r["Holm"].startswith("yes") for r in family] == rejected, null
+
+
+@pytest.mark.parametrize("wording", [
+    r"rule over the whole table", r"n_tests >}} tests form one family", r"shuffle_nulls\\.holm_threshold_min >}}",
+    r"shuffle_nulls\.n_draws >}}",  # one family over all nulls' tests, one number of draws: no longer the rule
+    r"thousands of (null )?(standard deviations|SDs)",  # false for the largest |cos| and five more shuffle tests
+    r"distances run to thousands",
+    r"Gaussian check", r"check for a Gaussian shape", r"Gaussian (upper )?tail at the effect size", r"p, Gaussian",
+    r"Shapiro–Wilk \$p \\ge",  # a normality test of the draws, with no power in the tail, gating their p-values
+])
+def test_no_chapter_reads_the_similarity_nulls_as_before(wording):
+    """The shuffles' effect sizes run from tens to tens of thousands of null standard deviations, and the p-values
+    come from enough draws, two-sided, with no Gaussian tail gated by a normality test of the draws."""
+    assert not re.findall(wording, chapters())
 
 
 def test_landing_page_readings_hold_over_their_stated_ranges():

@@ -1,6 +1,9 @@
-"""Constructed and closed-form checks of the four null models (analyses/shuffle_nulls.py)."""
+"""Constructed and closed-form checks of the four null models (analyses/shuffle_nulls.py), the draws their family
+needs under Holm's rule (each null its own family), and one statistic recomputed independently from GPT-2's weights."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -9,8 +12,9 @@ from analyses.shuffle_nulls import (
     KEPT_BY_CONSTRUCTION,
     NULLS,
     PCA_KEY,
+    DRAWS_NEEDED,
+    TESTED as TESTED_BY_NULL,
     effect_size,
-    empirical_p_value,
     shuffle_columns,
     shuffle_entries,
     shuffle_nulls,
@@ -19,7 +23,7 @@ from analyses.shuffle_nulls import (
     top_variance_share,
 )
 from analyses.engine.sources import ModelShape
-from analyses.toolkit.pvalues import floor_bound
+from analyses.toolkit.pvalues import FAMILYWISE_ALPHA, draws_for, floor_bound, two_sided_p
 
 SHAPE = ModelShape("constructed", "gpt2", 24, 48, 1, 1, 1, 4, "pre")
 PARAMS = {"n_draws": 100, "seed": 3, "threshold": 0.5, "bins": 40, "n_components": 3}
@@ -27,11 +31,8 @@ STAT_KEYS = [f"{kind}_{stat}" for kind in ("positions", "dimensions") for stat i
 TESTED = [(null, key) for null in NULLS for key in [*STAT_KEYS, PCA_KEY] if key not in KEPT_BY_CONSTRUCTION.get(null, ())]
 
 
-def test_empirical_p_value_and_effect_size_closed_forms():
+def test_effect_size_closed_forms():
     null = np.array([1.0, 2.0, 3.0, 4.0])
-    assert empirical_p_value(null, 3.0) == pytest.approx(3 / 5)  # (1 + #{3, 4}) / (1 + 4)
-    assert empirical_p_value(null, 10.0) == pytest.approx(1 / 5)  # never 0
-    assert empirical_p_value(null, 0.0) == pytest.approx(1.0)
     assert effect_size(null, 2.5 + 2 * np.std(null, ddof=1)) == pytest.approx(2.0)
     assert effect_size(np.zeros(5), 0.3) == np.inf and effect_size(np.zeros(5), 0.0) == 0.0
 
@@ -70,7 +71,7 @@ def test_iid_matrix_gives_p_values_that_are_not_small():
     for seed in range(2):
         P = np.random.default_rng(100 + seed).standard_normal((48, 24))
         result = shuffle_nulls({"W_pos": P}, SHAPE, **PARAMS)
-        p_values += [empirical_p_value(result.arrays[f"{null}_stats"][key], result.arrays["observed"][key])
+        p_values += [two_sided_p(result.arrays[f"{null}_stats"][key], result.arrays["observed"][key])
                      for null, key in TESTED]
         assert all(result.numbers[f"{null}_{key}_p"].value.startswith(("p = ", "p < ")) for null, key in TESTED)
     p_values = np.array(p_values)
@@ -88,9 +89,9 @@ def test_structured_matrix_gets_the_smallest_p_value():
     for key in ("entries_positions_std_p", "columns_positions_std_p", "entries_dimensions_max_abs_p",
                 "columns_pca_top_p", "phases_independent_pca_top_p"):
         assert result.numbers[key].value == f"p < {floor_bound(n)} ({n} draws)"
-    cells = [r[7] for r in result.tables["null_tests"].rows if r[7] != "kept exactly"]
+    cells = [r[8] for r in result.tables["null_tests"].rows if r[8] != "kept exactly"]
     assert result.numbers["n_tests_at_floor"].value == cells.count(f"< {floor_bound(n)}") >= 5
-    assert result.numbers["min_p_value"].value == pytest.approx(smallest)
+    assert all(result.numbers[f"{null}_min_p_value"].value == pytest.approx(smallest) for null in NULLS)
 
 
 def test_nulls_are_deterministic_under_the_seed():
@@ -113,7 +114,7 @@ def test_shared_phases_keep_the_dimension_statistics_and_say_so():
         assert key not in result.arrays["phases_shared_stats"]  # so the null draws skip it
         assert f"phases_shared_{key}_p" not in result.numbers
     rows = [r for r in result.tables["null_tests"].rows if r[0] == "shared phases"]
-    assert sum(r[7] == "kept exactly" for r in rows) == len(KEPT_BY_CONSTRUCTION["phases_shared"])
+    assert sum(r[8] == "kept exactly" for r in rows) == len(KEPT_BY_CONSTRUCTION["phases_shared"])
     assert result.numbers["n_tests"].value == 4 * 9 - len(KEPT_BY_CONSTRUCTION["phases_shared"])  # 9 statistics
 
 
@@ -149,3 +150,109 @@ def test_position_statistics_see_where_along_the_context_the_similarity_changes(
     bent[32:, :4] *= 5.0
     _position_statistics(upper_triangle(cosine_matrix(bent)), stats)
     assert stats["positions_nonoffset"] > 0.01 and stats["positions_spread"] > 0.01
+
+
+def test_every_test_of_each_nulls_family_can_meet_holms_smallest_threshold_on_its_own_draws():
+    """Each null asks its own question, so its tests (every statistic it does not keep by construction) are one Holm
+    family of m tests; a p-value from N draws cannot fall below 1/(1 + N), so the null needs N ≥ `draws_for`(m) for
+    its first p-value to meet alpha/m: 179 draws for nine tests, 99 for the shared phases' five. The registered
+    analysis draws that many, and so does every cached model (50 draws, the old setting, could not)."""
+    import json
+    from pathlib import Path
+
+    from analyses.engine.registry import all_analyses
+
+    assert {null: len(tested) for null, tested in TESTED_BY_NULL.items()} == {
+        "entries": 9, "columns": 9, "phases_independent": 9, "phases_shared": 9 - len(KEPT_BY_CONSTRUCTION["phases_shared"])}
+    assert DRAWS_NEEDED == {"entries": 179, "columns": 179, "phases_independent": 179, "phases_shared": 99}
+    for null, tested in TESTED_BY_NULL.items():  # the floor meets alpha/m; one draw fewer would not
+        assert 1 / (1 + DRAWS_NEEDED[null]) <= FAMILYWISE_ALPHA / len(tested) < 1 / DRAWS_NEEDED[null]
+    registered = all_analyses()["shuffle_nulls"].params["n_draws"]
+    assert registered is None
+    cached = sorted((Path(__file__).resolve().parents[1] / "report" / "_cache").glob("*/shuffle_nulls/numbers.json"))
+    assert cached
+    for path in cached:
+        value = {k: v["value"] for k, v in json.loads(path.read_text()).items()}
+        assert sum(value[f"{null}_n_tests"] for null in NULLS) == value["n_tests"], path
+        for null in NULLS:
+            family = value[f"{null}_n_tests"]
+            assert family == len(TESTED_BY_NULL[null]), (path, null)
+            assert value[f"{null}_n_draws"] >= value[f"{null}_n_draws_needed"] == draws_for(family), (path, null)
+            assert value[f"{null}_min_p_value"] == pytest.approx(1 / (1 + value[f"{null}_n_draws"]))
+            assert value[f"{null}_min_p_value"] <= value[f"{null}_holm_threshold_min"] == pytest.approx(
+                FAMILYWISE_ALPHA / family), (path, null)
+
+
+def test_holm_decides_within_each_null_and_a_full_family_at_the_floor_is_all_rejected():
+    """A test at the floor 1/(1 + N) with N = `draws_for`(m) meets alpha/m, so a null whose every test sits at the
+    floor has all of them rejected, on its own family; and the verdicts do not depend on the other nulls' p-values."""
+    rng = np.random.default_rng(5)
+    t = np.linspace(0, 2 * np.pi, 48)
+    helix = np.column_stack([np.cos(t), np.sin(t), np.linspace(-1, 1, 48)])
+    P = helix @ rng.standard_normal((3, 24)) + 0.01 * rng.standard_normal((48, 24))
+    result = shuffle_nulls({"W_pos": P}, SHAPE, **(PARAMS | {"n_draws": None}))
+    for null in NULLS:
+        assert result.numbers[f"{null}_n_draws"].value == DRAWS_NEEDED[null]
+    rows = [r for r in result.tables["null_tests"].rows if r[8] != "kept exactly"]
+    for null, label in [("entries", "all entries shuffled"), ("columns", "each dimension shuffled")]:
+        family = [r for r in rows if r[0] == label]
+        if all(isinstance(r[8], str) for r in family):  # every test of the family at its floor
+            assert all(r[9].startswith("yes") for r in family)
+            assert result.numbers[f"{null}_n_rejected"].value == len(family)
+        assert all(r[11] == DRAWS_NEEDED[null] for r in family)
+
+
+def test_a_statistic_below_its_null_is_rejected_too():
+    """No direction was fixed beforehand: a smooth circle's cosines depend on offset almost only, far less than a
+    shuffle's (whose cosines do not depend on offset at all), so the observation lies below every draw of the
+    shuffles' share not explained by offset, and the two-sided test with enough draws rejects it, as "below"."""
+    t = np.linspace(0, np.pi, 48)
+    P = np.outer(np.cos(t), np.linspace(1, 2, 24)) + np.outer(np.sin(t), np.linspace(2, -1, 24))
+    P += 0.01 * np.random.default_rng(0).standard_normal(P.shape)
+    result = shuffle_nulls({"W_pos": P}, SHAPE, **(PARAMS | {"n_draws": None}))
+    assert all(result.numbers[f"{null}_n_draws"].value == DRAWS_NEEDED[null] for null in NULLS)
+    verdict = {(r[0], r[1], r[2]): r[9] for r in result.tables["null_tests"].rows}
+    for null in ("all entries shuffled", "each dimension shuffled"):
+        assert verdict[(null, "positions", "share of cos² not a function of offset")] == "yes, below"
+        assert verdict[(null, "positions", "std of cos")] == "yes, above"
+    assert result.numbers["n_rejected_below"].value >= 2
+
+
+@pytest.mark.skipif(not os.environ.get("GPT2_WEIGHTS"), reason="needs GPT-2's weights (GPT2_WEIGHTS unset)")
+def test_gpt2_spread_of_position_cosines_against_shared_phases_recomputed_independently():
+    """The borderline test of the table, with other code: the standard deviation of GPT-2's position cosines from the
+    full cosine matrix, and its shared-phase null from 40 draws of a circulant rotation written here (one random phase
+    per rfft bin, the same for every column) under another seed. The observation matches the cache, and the null's
+    mean, spread and the effect size agree with the cached ones within Monte Carlo error."""
+    import csv
+    import json
+    from pathlib import Path
+
+    from safetensors.numpy import load_file
+
+    cache = Path(__file__).resolve().parents[1] / "report" / "_cache" / "gpt2" / "shuffle_nulls"
+    cached = {k: v["value"] for k, v in json.loads((cache / "numbers.json").read_text()).items()}
+    with open(cache / "null_tests.csv", newline="") as f:
+        row = next(r for r in csv.DictReader(f)
+                   if (r["null"], r["similarity"], r["statistic"]) == ("shared phases", "positions", "std of cos"))
+    P = np.asarray(load_file(os.path.join(os.environ["GPT2_WEIGHTS"], "model.safetensors"))["wpe.weight"], np.float64)
+    n = len(P)
+    upper = np.triu_indices(n, 1)
+
+    def spread(X):
+        U = X / np.linalg.norm(X, axis=1, keepdims=True)
+        return (U @ U.T)[upper].std()
+
+    observed = spread(P)
+    assert observed == pytest.approx(cached["observed_positions_std"], rel=1e-9)
+    spectrum, rng = np.fft.rfft(P, axis=0), np.random.default_rng(2024)
+    draws = []
+    for _ in range(40):
+        phase = np.exp(2j * np.pi * rng.uniform(size=len(spectrum)))
+        phase[0] = phase[-1] = 1.0  # the mean and (n even) the Nyquist bin stay real
+        draws.append(spread(np.fft.irfft(spectrum * phase[:, None], n=n, axis=0)))
+    mean, sd = np.mean(draws), np.std(draws, ddof=1)
+    cached_mean, cached_sd = float(row["null mean"]), float(row["null std"])
+    assert abs(mean - cached_mean) < 4 * cached_sd / np.sqrt(len(draws))
+    assert 0.6 < sd / cached_sd < 1.6
+    assert (observed - mean) / sd == pytest.approx(cached["phases_shared_positions_std_effect"], abs=1.5)

@@ -1,7 +1,7 @@
-"""Empirical p-values from N null draws, printed as what N draws can show.
+"""Empirical p-values from N null draws, printed as what N draws can show, and the report's one rule for many tests.
 
-With N draws the one-sided p-value (1 + #{draws ≥ observed}) / (1 + N) cannot fall below 1/(1 + N): at that
-floor it says "outside every draw", not how far. There it is printed as the bound, rounded up to one
+With N draws a Monte Carlo p-value, one-sided (1 + #{draws ≥ observed}) / (1 + N) or two-sided (`two_sided_p`),
+cannot fall below 1/(1 + N): at that floor it says "outside every draw", not how far. There it is printed as the bound, rounded up to one
 significant digit, with the number of draws ("p < 0.02 (50 draws)"); above it, as its value.
 """
 
@@ -62,20 +62,19 @@ def draws_for(n_tests: int, alpha: float = FAMILYWISE_ALPHA) -> int:
     return math.ceil(round(n_tests / alpha, 9)) - 1  # round: 24 / 0.05 is 479.99… in binary
 
 
-GAUSSIAN_CHECK = 0.01
-"""Draws whose Shapiro–Wilk p is at least this are treated as Gaussian (`gaussian_p`)."""
+def two_sided_p(null, observed: float) -> float:
+    """Two-sided Monte Carlo p-value of `observed` among N null draws, for a statistic whose direction was not fixed
+    before the data were seen: (1 + #{k : |s_k − c| ≥ |s − c|}) / (1 + N), c the median of the N + 1 values (the
+    draws and the observation together).
 
-
-def gaussian_p(null, observed: float, check: float = GAUSSIAN_CHECK) -> float | None:
-    """One-sided p of `observed` above a Gaussian fitted to the null draws (mean, sd with ddof 1), the upper tail
-    1 − Φ(z); None where the draws do not look Gaussian (Shapiro–Wilk p below `check`) or are constant,
-    so that the empirical p, with its floor, is all there is. Where it is given it extends the empirical p beyond
-    the floor that the number of draws sets, under an assumption that the draws were checked against."""
+    Under the null the observation and the draws are exchangeable, and c is a symmetric function of all of them, so
+    the rank of the observation's distance |s − c| among the N + 1 distances is uniform: the p-value is exact (ties
+    counted against the observation), and its floor is 1/(1 + N), the same as a one-sided test's, so `draws_for`
+    gives the draws for either (doubling the smaller one-sided p would double the floor). The side is the sign of
+    s − c. For a skewed null the test is not equal-tailed: a departure on the short side must lie farther from c
+    than the long side's draws."""
     import numpy as np
-    from scipy.stats import norm, shapiro
 
     null = np.asarray(null, dtype=np.float64)
-    spread = null.std(ddof=1)
-    if spread == 0 or shapiro(null).pvalue < check:
-        return None
-    return float(norm.sf((observed - null.mean()) / spread))
+    centre = np.median(np.append(null, observed))
+    return float((1 + np.count_nonzero(np.abs(null - centre) >= abs(observed - centre))) / (1 + null.size))
