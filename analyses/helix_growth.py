@@ -44,7 +44,7 @@ from analyses.toolkit.gram import toeplitz_share
 from analyses.toolkit.helix_period import EDGE, bulk_edge, helix_period, principal_coordinates
 from analyses.toolkit.linalg import explained_variance_ratio
 from analyses.toolkit.table_shape import defined_period, half_way_index
-from analyses.toolkit.pvalues import at_floor, floor_bound
+from analyses.toolkit.pvalues import FAMILYWISE_ALPHA, at_floor, floor_bound
 from analyses.toolkit.subspaces import energy_fraction, random_energy_moments, sampled_energy_fractions, width_k
 
 HISTORY = ("history.steps", "history.W_pos", "history.E_centred.S", HISTORY_TOKEN_ROWS, "history.train_loss",
@@ -218,7 +218,8 @@ def _final_enrichment(history: Mapping[str, np.ndarray], token_k: int, width_sha
     draws = sampled_energy_fractions(P, [token_k, k], n_subspaces, np.random.default_rng(seed), side="output")
     numbers: dict[str, Number | Text] = {
         "width_k": Number(k, "d", f"token directions at {width_share:.4g} of the width"),
-        "n_subspaces": Number(n_subspaces, "d", "random subspaces for the empirical p")}
+        "n_subspaces": Number(n_subspaces, "d", "random subspaces for the empirical p"),
+        "alpha": Number(FAMILYWISE_ALPHA, ".2f", "the report's error rate, at which its p-values are read")}
     for key, dimension, column in (("enrichment_final", token_k, draws[:, 0]), ("width_ratio_final", k, draws[:, 1])):
         chance, sd = random_energy_moments(P, dimension, side="output")
         share = energy_fraction(P, token_directions(history, dimension)[-1], side="output")

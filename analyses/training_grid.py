@@ -115,9 +115,11 @@ def run_shapes(W: np.ndarray, edge: int) -> np.ndarray:
     return np.array([[table_shape(P, edge)[m] for m in MEASURES] for P in np.asarray(W, dtype=np.float64)])
 
 
-def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int) -> Result:
-    """The shape of each run's position table at the end and over training, its loss, and the references."""
-    numbers: dict[str, Number | Text] = {"n_draws": Number(n_draws, "d", "draws of each reference table")}
+def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int, level: float) -> Result:
+    """The shape of each run's position table at the end and over training, its loss, and the references; the context
+    fits' intervals at `level`."""
+    numbers: dict[str, Number | Text] = {"n_draws": Number(n_draws, "d", "draws of each reference table"),
+                                         "level": Number(level, ".0%", "coverage of the fits' intervals", EXACT)}
     rows, arrays, shapes, batches = [], {}, {}, {}
     for name in runs:
         key, h = run_key(name), _history(name)
@@ -165,12 +167,14 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int) 
                                        *(arrays[f"{run_key(name)}_train_loss"] for name in (FIXED_RUN, MAIN_RUNS[0])))
     if set(CONTEXT_RUNS) <= set(runs):
         contexts = {name: shapes[run_key(name)][0] for name in CONTEXT_RUNS}
-        numbers |= context_scaling({name: arrays[f"{run_key(name)}_shape"][-1] for name in CONTEXT_RUNS}, contexts)
+        numbers |= context_scaling({name: arrays[f"{run_key(name)}_shape"][-1] for name in CONTEXT_RUNS}, contexts,
+                                   level)
         series = {name: (arrays[f"{run_key(name)}_steps"],
                          {0: arrays[f"{run_key(name)}_shape"][:, MEASURES.index("pair_ratio")],
                           1: arrays[f"{run_key(name)}_pair_ratio_wo_row0"]}) for name in CONTEXT_RUNS}
         numbers |= matched_exposure(series, contexts, {name: batches[name] for name in CONTEXT_RUNS},
-                                    {name: Recipe.from_dict(model_spec(name).recipe.as_dict()) for name in CONTEXT_RUNS})
+                                    {name: Recipe.from_dict(model_spec(name).recipe.as_dict()) for name in CONTEXT_RUNS},
+                                    level)
     references = {}
     for n, d in sorted(set(shapes.values())):
         draws = reference_shapes((n, d), n_draws, seed, edge)
@@ -307,18 +311,18 @@ def paired_training_gap(fixed: np.ndarray, main: np.ndarray, from_step: float) -
             "train_late_steps": Number(len(gap), ",d", "training steps in the second half", EXACT)}
 
 
-def context_scaling(finals: dict[str, np.ndarray], contexts: dict[str, int]) -> dict[str, Number]:
-    """How the main recipe's shape scales with its context at the last step: b of λ2/λ1 ∝ n^b, with its 95 %
-    interval, and of turns ∝ n^b over the context runs (`power_law_slope`; each seed a point). A table of fixed period
+def context_scaling(finals: dict[str, np.ndarray], contexts: dict[str, int], level: float = 0.95) -> dict[str, Number]:
+    """How the main recipe's shape scales with its context at the last step: b of λ2/λ1 ∝ n^b, with its interval at
+    `level`, and of turns ∝ n^b over the context runs (`power_law_slope`; each seed a point). A table of fixed period
     bends more the longer it is (λ2/λ1 rising towards 1); one that spreads the same shape over any context gives
     b = 0. At the last step the runs' rows have seen different numbers of windows (`matched_exposure` matches them)."""
     n = np.array([contexts[name] for name in finals])
     fit = power_law_intervals(n, np.array([final[MEASURES.index("pair_ratio")] for final in finals.values()]),
-                              GPT2_CONTEXT)
+                              GPT2_CONTEXT, level)
     what = f"the main recipe at {len(set(n))} contexts, last step"
     return {"context_pair_ratio_slope": Number(fit["b"], ".2f", f"b of λ2/λ1 ∝ context^b, {what}"),
-            "context_pair_ratio_slope_low": Number(fit["b_low"], ".2f", "its 95 % confidence interval: low end"),
-            "context_pair_ratio_slope_high": Number(fit["b_high"], ".2f", "its 95 % confidence interval: high end"),
+            "context_pair_ratio_slope_low": Number(fit["b_low"], ".2f", "its confidence interval: low end"),
+            "context_pair_ratio_slope_high": Number(fit["b_high"], ".2f", "its confidence interval: high end"),
             "context_turns_slope": Number(power_law_slope(n, np.array([final[MEASURES.index("turns")]
                                                                        for final in finals.values()]))[0], ".2f",
                                           f"b of turns ∝ context^b, {what}")}
@@ -334,33 +338,33 @@ def ratio_at_step(steps: np.ndarray, ratios: np.ndarray, step: float) -> float:
 
 
 def matched_exposure(series: dict[str, tuple[np.ndarray, dict[int, np.ndarray]]], contexts: dict[str, int],
-                     batches: dict[str, int], recipes: dict[str, Recipe]) -> dict[str, Number]:
+                     batches: dict[str, int], recipes: dict[str, Recipe], level: float = 0.95) -> dict[str, Number]:
     """The context fit at equal exposure per position. A run of batch B has trained each row on B windows per step, so
     at equal tokens per step a short context's rows have seen more windows by the last step. Each run is read at the
     step where steps × batch equals the smallest last exposure over the runs (`ratio_at_step`; `series`: {run: (the
     snapshot steps, {first row: λ2/λ1 of rows first … at each snapshot})}, row 0 kept and dropped): b of λ2/λ1 ∝ n^b
-    with its 95 % interval, its range over the fit's arbitrary choices (`context_slope_variants`), and its prediction
-    interval at GPT-2's context; the steps matched, and the learning rate at the shortest context's, since matching
+    with its interval at `level`, its range over the fit's arbitrary choices (`context_slope_variants`), and its
+    prediction interval at GPT-2's context; the steps matched, and the learning rate at the shortest context's, since matching
     exposure reads the runs at different points of their schedules."""
     windows = min(int(steps[-1]) * batches[name] for name, (steps, _) in series.items())
     matched = {name: windows / batches[name] for name in series}
     ratios = {first: {name: ratio_at_step(steps, by_row[first], matched[name]) for name, (steps, by_row) in series.items()}
               for first in (0, 1)}
     n = np.array([contexts[name] for name in series])
-    fit = power_law_intervals(n, np.array(list(ratios[0].values())), GPT2_CONTEXT)
+    fit = power_law_intervals(n, np.array(list(ratios[0].values())), GPT2_CONTEXT, level)
     slopes = context_slope_variants(ratios, contexts)
     shortest = min(series, key=contexts.get)
     out = {"context_matched_windows": Number(windows, ",d", "windows per position at which the context runs are "
                                              "matched (the smallest last steps × batch)", EXACT),
            "context_matched_slope": Number(fit["b"], ".2f", "b of λ2/λ1 ∝ context^b at equal windows per position"),
-           "context_matched_slope_low": Number(fit["b_low"], ".2f", "its 95 % confidence interval: low end"),
-           "context_matched_slope_high": Number(fit["b_high"], ".2f", "its 95 % confidence interval: high end"),
+           "context_matched_slope_low": Number(fit["b_low"], ".2f", "its confidence interval: low end"),
+           "context_matched_slope_high": Number(fit["b_high"], ".2f", "its confidence interval: high end"),
            "context_matched_slope_min": Number(float(slopes.min()), ".2f", "smallest b over the fit's variants"),
            "context_matched_slope_max": Number(float(slopes.max()), ".2f", "largest b over the fit's variants"),
            "context_matched_variants": Number(len(slopes), "d", "variants of the matched fit", EXACT),
            "context_matched_at_gpt2": Number(fit["at"], ".3f", f"the matched fit's λ2/λ1 at {GPT2_CONTEXT} positions"),
-           "context_matched_at_gpt2_low": Number(fit["at_low"], ".3f", "its 95 % prediction interval: low end"),
-           "context_matched_at_gpt2_high": Number(fit["at_high"], ".3f", "its 95 % prediction interval: high end"),
+           "context_matched_at_gpt2_low": Number(fit["at_low"], ".3f", "its prediction interval: low end"),
+           "context_matched_at_gpt2_high": Number(fit["at_high"], ".3f", "its prediction interval: high end"),
            "context_matched_lr_shortest": Number(learning_rate(recipes[shortest], round(matched[shortest]))
                                                  / recipes[shortest].peak_lr, ".0%", "the learning rate at the "
                                                  "shortest context's matched step, as a share of its peak")}
@@ -538,7 +542,7 @@ def plot_context(result: Result, shape: ModelShape | None):
 
 
 register("training_grid", "What decides the helix: shape across training runs", training_grid, scope="common",
-         params={"runs": RUNS, "n_draws": 20, "seed": 0, "edge": EDGE},
+         params={"runs": RUNS, "n_draws": 20, "seed": 0, "edge": EDGE, "level": 0.95},
          data=grid_inputs, figures={"grid": plot_grid}, groups=(GRID_GROUP,))
 
 register("window_shape", "The table's shape in windows of the trained runs' contexts", window_shape, needs=("W_pos",),

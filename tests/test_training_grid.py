@@ -304,7 +304,7 @@ def test_the_grid_reads_each_runs_history_and_measures_its_last_table_and_half_w
                                                  "run": {"seconds": 600.0}, "final": {"train_loss_last_100": 4.5}}
     (directory / "training.json").write_text(json.dumps(record))
     monkeypatch.setattr(grid, "model_dir", lambda name: tmp_path / name)
-    r = grid.training_grid(runs=("kjv-small",), n_draws=2, seed=0, edge=100)
+    r = grid.training_grid(runs=("kjv-small",), n_draws=2, seed=0, edge=100, level=0.95)
     assert r.numbers["base_turns"].value == pytest.approx(2.0, rel=0.03)
     assert r.numbers["base_pair_ratio"].value == pytest.approx(1.0, abs=0.05)
     assert r.numbers["base_period"].text == "undefined"  # 55 rows of bulk hold less than a turn of 128
@@ -342,7 +342,7 @@ def test_a_run_with_fixed_positions_reports_its_table_and_loss_but_no_growth(tmp
                                                  "run": {"seconds": 60.0}, "final": {"train_loss_last_100": 2.9}}
     (directory / "training.json").write_text(json.dumps(record))
     monkeypatch.setattr(grid, "model_dir", lambda name: tmp_path / name)
-    r = grid.training_grid(runs=("kjv-gpt2-sinusoidal",), n_draws=2, seed=0, edge=100)
+    r = grid.training_grid(runs=("kjv-gpt2-sinusoidal",), n_draws=2, seed=0, edge=100, level=0.95)
     assert r.numbers["main_sinusoidal_loss"].value == pytest.approx(3.7)
     assert r.numbers["main_sinusoidal_pair_ratio"].value == pytest.approx(table_shape(table)["pair_ratio"])
     assert not any(k in r.numbers for k in ("main_sinusoidal_learned_top3", "main_sinusoidal_share_half_step",
