@@ -12,6 +12,10 @@ over positions:
 * the row-norm profile ‖p_n‖ and the share of ‖P_s‖² in the token embeddings' top-k centred directions at the
   same step, divided by the share k/D a random k-dimensional subspace holds on average (its enrichment), with
   its exact standard deviation over random subspaces (`toolkit.subspaces.random_energy_moments`);
+* at the last step, the enrichment in the top `token_k` and in the top k at GPT-2's fraction of the width, each
+  with its z against random subspaces and a two-sided empirical p from `n_subspaces` seeded random subspaces
+  (`toolkit.subspaces.sampled_energy_fractions`; the direction was not fixed beforehand: a table may avoid the
+  tokens' leading directions, as GPT-2's does, or seek them);
 * the held-out loss at the same step;
 * the learned change alone, ΔP_s = P_s − P_0 (the initial noise subtracted): its top-3 share, against the same
   Gaussian draws; |ρ_S|, the Spearman correlation of its first principal coordinate with position, against the
@@ -40,7 +44,8 @@ from analyses.toolkit.gram import toeplitz_share
 from analyses.toolkit.helix_period import EDGE, bulk_edge, helix_period, principal_coordinates
 from analyses.toolkit.linalg import explained_variance_ratio
 from analyses.toolkit.table_shape import defined_period, half_way_index
-from analyses.toolkit.subspaces import energy_fraction, random_energy_moments, width_k
+from analyses.toolkit.pvalues import FAMILYWISE_ALPHA, at_floor, floor_bound
+from analyses.toolkit.subspaces import energy_fraction, random_energy_moments, sampled_energy_fractions, width_k
 
 HISTORY = ("history.steps", "history.W_pos", "history.E_centred.S", HISTORY_TOKEN_ROWS, "history.train_loss",
            "history.eval_steps", "history.eval_loss")
@@ -113,7 +118,7 @@ def trajectory(history: Mapping[str, np.ndarray], k: int, token_k: int, edge: in
 
 
 def helix_growth(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, k: int, token_k: int, edge: int,
-                 n_null: int, seed: int, shown: int, width_share: float) -> Result:
+                 n_null: int, seed: int, shown: int, width_share: float, n_subspaces: int) -> Result:
     """The trajectory of the position table's structure over training, with its Gaussian nulls and the loss."""
     steps = np.asarray(tensors["history.steps"])
     eval_steps, eval_loss = np.asarray(tensors["history.eval_steps"]), np.asarray(tensors["history.eval_loss"])
@@ -147,10 +152,7 @@ def helix_growth(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, k: int
         "toeplitz_min_step": Number(int(steps[int(np.argmin(t["toeplitz"]))]), "d", "the step where it is smallest"),
         "period_final": _period(t["period"][last], shape.n_ctx, edge, "helix period at the last step (tokens per turn)"),
         "enrichment_init": Number(t["enrichment"][0], ".2f", "token-subspace enrichment at initialisation"),
-        "enrichment_final": Number(t["enrichment"][last], ".2f", "token-subspace enrichment at the last step"),
         "enrichment_max": Number(float(t["enrichment"].max()), ".2f", "largest token-subspace enrichment"),
-        "enrichment_final_sd": Number(t["enrichment_sd"][last], ".2f",
-                                      "sd of the enrichment over random subspaces, last step (exact; mean 1)"),
         "enrichment_max_sd": Number(float(t["enrichment_sd"][int(np.argmax(t["enrichment"]))]), ".2f",
                                     "sd of the enrichment over random subspaces at its largest (exact; mean 1)"),
         "enrichment_max_step": Number(int(steps[int(np.argmax(t["enrichment"]))]), "d",
@@ -171,7 +173,7 @@ def helix_growth(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, k: int
         "step_before_formed": Number(int(steps[formed - 1]) if formed else 0, "d", "the snapshot before that step"),
     }
     numbers |= _learned_numbers(learned, steps, onset, share_max, following_max)
-    numbers |= _same_width(tensors, width_share)
+    numbers |= _final_enrichment(tensors, token_k, width_share, n_subspaces, seed)
     if onset is None:
         numbers["onset"] = Text("none", "no snapshot from which on the top-k share stays above the null")
     else:
@@ -204,17 +206,39 @@ def helix_growth(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, k: int
                   {"coordinates": _SIGNS, "picks": EXACT})
 
 
-def _same_width(history: Mapping[str, np.ndarray], width_share: float) -> dict[str, Number]:
-    """At the last step, P's energy in E's top-k subspace over chance with k the same fraction of the width as in
-    GPT-2's cited top 30 (`toolkit.subspaces.width_k`), with its exact sd over random subspaces."""
+def _final_enrichment(history: Mapping[str, np.ndarray], token_k: int, width_share: float, n_subspaces: int,
+                      seed: int) -> dict[str, Number | Text]:
+    """At the last step, P's energy in E's top-k subspace over chance, for k = token_k ("enrichment_final_*") and k the
+    same fraction of the width as GPT-2's cited top 30 (`toolkit.subspaces.width_k`; "width_ratio_final*"): its
+    exact sd and z over uniformly random k-subspaces, and the two-sided empirical p from `n_subspaces` of them,
+    min(1, 2 min(p_above, p_below)) with p_above = (1 + #{draws ≥ observed}) / (1 + N)."""
     P = np.asarray(history["history.W_pos"][-1], dtype=np.float64)
     D = P.shape[1]
     k = width_k(width_share, D)
-    chance, sd = random_energy_moments(P, k, side="output")
-    share = energy_fraction(P, token_directions(history, k)[-1], side="output")
-    return {"width_k": Number(k, "d", f"token directions at {width_share:.4g} of the width"),
-            "width_ratio_final": Number(share / chance, ".2f", "P's energy in E's top width_k over chance, last step"),
-            "width_ratio_final_sd": Number(sd / chance, ".2f", "its sd over random subspaces (exact; mean 1)")}
+    draws = sampled_energy_fractions(P, [token_k, k], n_subspaces, np.random.default_rng(seed), side="output")
+    numbers: dict[str, Number | Text] = {
+        "width_k": Number(k, "d", f"token directions at {width_share:.4g} of the width"),
+        "n_subspaces": Number(n_subspaces, "d", "random subspaces for the empirical p"),
+        "alpha": Number(FAMILYWISE_ALPHA, ".2f", "the report's error rate, at which its p-values are read")}
+    for key, dimension, column in (("enrichment_final", token_k, draws[:, 0]), ("width_ratio_final", k, draws[:, 1])):
+        chance, sd = random_energy_moments(P, dimension, side="output")
+        share = energy_fraction(P, token_directions(history, dimension)[-1], side="output")
+        nearer = min(1 + np.sum(column >= share), 1 + np.sum(column <= share)) / (1 + n_subspaces)
+        numbers |= {
+            key: Number(share / chance, ".2f", f"P's energy in E's top {dimension} over chance, last step"),
+            f"{key}_sd": Number(sd / chance, ".2f", "its sd over random subspaces (exact; mean 1)"),
+            f"{key}_z": Number((share - chance) / sd, ".1f", "its z over random subspaces (exact mean and sd)"),
+            f"{key}_p": Text(two_sided_p_text(nearer, n_subspaces),
+                             f"two-sided empirical p over {n_subspaces} random subspaces")}
+    return numbers
+
+
+def two_sided_p_text(nearer: float, n_draws: int) -> str:
+    """A two-sided empirical p, min(1, 2 p_tail) from the nearer one-sided tail p_tail, as cited: at the floor
+    (no draw as far out on that side) the bound 2/(1 + N), rounded up, "p < 0.0002 (9999 draws, two-sided)"."""
+    if at_floor(nearer, n_draws):
+        return f"p < {floor_bound((n_draws - 1) // 2)} ({n_draws} draws, two-sided)"
+    return f"p = {min(1.0, 2 * nearer):.2f}"
 
 
 def _learned_numbers(learned: dict[str, np.ndarray], steps: np.ndarray, onset: int | None, share_max: float,
@@ -414,7 +438,8 @@ def growth_slider_html(result: Result, shape: ModelShape) -> str:
 register(
     "helix_growth", "How the position table forms over training", helix_growth,
     needs=HISTORY, params={"k": 3, "token_k": 10, "edge": EDGE, "n_null": 50, "seed": 0, "shown": 8,
-                           "width_share": 30 / 768},  # GPT-2's cited top 30, as a fraction of the width
+                           "width_share": 30 / 768,  # GPT-2's cited top 30, as a fraction of the width
+                           "n_subspaces": 9999},
     figures={"trajectory": plot_trajectory, "snapshots": plot_snapshots, "norms": plot_norms},
     files={"growth_slider.md": growth_slider_html}, groups=("position table",),
 )

@@ -7,13 +7,17 @@ snapshot and at the end, it measures the table's shape with `toolkit.table_shape
 own axis, the period where the bulk holds a turn, the Toeplitz share), the top-3 share of the learned change
 P − P₀ at the end, the held-out loss, and the loss's and the top-3 share's half-way steps; beside them, the same
 numbers for Gaussian random walks and i.i.d. Gaussian tables of each run's shape (seeded draws); how the main
-recipe's λ2/λ1 and turns scale with its context (`context_scaling`), and the range of that fit over its arbitrary
-choices; and what fixed sinusoidal positions cost in held-out loss against the learned table (`fixed_positions_gap`).
-A run with fixed positions has a table that never moves: its shape and loss are reported, not its growth.
+recipe's λ2/λ1 and turns scale with its context, at the last step (`context_scaling`) and at equal exposure per
+position (`matched_exposure`: the runs' batches differ at equal tokens per step, so at the last step the rows of a
+short context have been trained on more windows), each slope with its 95 % interval and the matched fit's range over
+its arbitrary choices and its prediction interval at GPT-2's context; and what fixed sinusoidal positions do to the
+held-out and to the training loss against the learned table (`fixed_positions_gap`). A run with fixed positions has
+a table that never moves: its shape and loss are reported, not its growth.
 
-`window_shape` cuts a model's own table into windows of the trained runs' context lengths (spread evenly over its
-trained rows) and measures each the same way, so that a trained table is compared with GPT-2 at the same number of
-positions, and fits the same scaling over the window lengths; its figure sets the main-size runs beside the windows.
+`window_shape` cuts a model's own table into every window of the trained runs' context lengths that starts at a
+multiple of a stride after row 0 (an outlier in every table) and measures each the same way, so that a trained table
+is compared with GPT-2 at the same number of positions (median and range over the windows, not a few of them), and
+fits the same scaling over the window lengths; its figure sets the main-size runs beside the windows.
 """
 
 from __future__ import annotations
@@ -22,16 +26,16 @@ import numpy as np
 
 from analyses.engine.checkpoint import sha256_file
 from analyses.engine.registry import register
-from analyses.engine.results import Accuracy, Number, Result, Table, Text, period_or_undefined
+from analyses.engine.results import COUNT_SHARE, EXACT, Accuracy, Number, Result, Table, Text, period_or_undefined
 from analyses.engine.shapes import ModelShape
 from analyses.engine.sources import GRID, GRID_BASE, GRID_GROUP, GRID_LONG, MAIN_RECIPE, model_spec
 from analyses.engine.tensors import HISTORY_FILE, RECORD_FILE, read_training_record
 from analyses.engine.training import model_dir
 from analyses.toolkit import plotting
 from analyses.toolkit.helix_period import EDGE
-from analyses.toolkit.table_shape import (FORMATS, LABELS, MEASURES, NO_HELIX, half_way_index, pair_ratio,
+from analyses.toolkit.table_shape import (FORMATS, LABELS, MEASURES, NO_HELIX, half_way_index, pair_ratio, power_law_intervals,
                                           power_law_slope, reference_shapes, shown_turns, table_shape)
-from analyses.toolkit.training import Recipe
+from analyses.toolkit.training import Recipe, learning_rate
 
 MAIN_RUNS = ("kjv-gpt2", "kjv-gpt2-seed1")
 """The main recipe's two seeds (`engine.sources.MAIN_RECIPE`): the reference of the main-size grid runs."""
@@ -45,7 +49,10 @@ RUNS = (*MAIN_RUNS, *GRID)
 RECORDED = Accuracy(basis="exact: read from the committed training record")
 EXACT_LOSS = Accuracy(basis="exact: differences of float32 losses read from the committed histories")
 GPT2_CONTEXT = 1024
-"""GPT-2's context, where the context runs' fitted scaling is read off."""
+"""GPT-2's context, where the matched context fit's prediction interval is read off."""
+TRAIN_BLOCK = 100
+"""Steps per block of the paired training-loss difference: its standard error is taken over block means, which
+neighbouring steps' correlation does not shrink."""
 
 
 def run_key(name: str) -> str:
@@ -108,10 +115,12 @@ def run_shapes(W: np.ndarray, edge: int) -> np.ndarray:
     return np.array([[table_shape(P, edge)[m] for m in MEASURES] for P in np.asarray(W, dtype=np.float64)])
 
 
-def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int) -> Result:
-    """The shape of each run's position table at the end and over training, its loss, and the references."""
-    numbers: dict[str, Number | Text] = {"n_draws": Number(n_draws, "d", "draws of each reference table")}
-    rows, arrays, shapes, last_tables = [], {}, {}, {}
+def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int, level: float) -> Result:
+    """The shape of each run's position table at the end and over training, its loss, and the references; the context
+    fits' intervals at `level`."""
+    numbers: dict[str, Number | Text] = {"n_draws": Number(n_draws, "d", "draws of each reference table"),
+                                         "level": Number(level, ".0%", "coverage of the fits' intervals", EXACT)}
+    rows, arrays, shapes, batches = [], {}, {}, {}
     for name in runs:
         key, h = run_key(name), _history(name)
         record = read_training_record(model_dir(name) / RECORD_FILE)
@@ -126,6 +135,7 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int) 
                                    if np.isfinite(final["turns"]) else Text(NO_HELIX, f"{name}: no row on the helix"))
         numbers |= _recorded_numbers(name, key, recipe, record, eval_loss, loss_half)
         W = np.asarray(h["history.W_pos"], dtype=np.float64)
+        arrays[f"{key}_train_loss"] = np.asarray(h["history.train_loss"])
         numbers |= {f"{key}_rms": Number(float(np.sqrt(np.mean(W[-1] ** 2))), ".3f", f"{name}: RMS of the last table's "
                                                                                      "entries"),
                     f"{key}_centred_rms": Number(float(np.sqrt(np.mean((W[-1] - W[-1].mean(axis=0)) ** 2))), ".3f",
@@ -133,34 +143,41 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int) 
         arrays[f"{key}_eval_steps"], arrays[f"{key}_eval_loss"] = eval_steps, eval_loss
         share_half: int | str = "—"  # a fixed table does not grow
         if recipe.get("positions", Recipe.positions) == Recipe.positions:
-            growth = _growth_numbers(name, key, W, trajectory, steps, edge)
+            growth = _growth_numbers(name, key, W, trajectory, steps, edge, Recipe.from_dict(recipe))
             numbers |= growth
             share_half = growth[f"{key}_share_half_step"].value
-            shapes[key], last_tables[name] = (recipe["n_ctx"], recipe["d_model"]), W[-1]
-            arrays |= {f"{key}_steps": steps, f"{key}_shape": trajectory}
+            shapes[key] = (recipe["n_ctx"], recipe["d_model"])
+            arrays |= {f"{key}_steps": steps, f"{key}_shape": trajectory,
+                       f"{key}_pair_ratio_wo_row0": np.array([pair_ratio(P[1:]) for P in W])}
+            batches[name] = recipe["batch"]
         rows.append((key, change(name), recipe["n_ctx"], recipe["steps"], *trajectory[-1][:3],
                      shown_turns(trajectory[-1][3]),
                      final["period"] if np.isfinite(final["period"]) else "undefined", final["toeplitz"],
                      float(eval_loss[-1]), loss_half, share_half))
     main_size = [numbers[f"{run_key(name)}_minutes"].value for name in runs if name.startswith("kjv-gpt2")]
+    learned_main = [run_key(name) for name in runs if name.startswith("kjv-gpt2") and f"{run_key(name)}_shape" in arrays]
+    if learned_main:
+        numbers |= {"learned_main_runs": Number(len(learned_main), "d", "main-size runs with a learned table"),
+                    "rising_main_runs": Number(sum(numbers[f"{k}_rises_after_min"].value
+                                                   == numbers[f"{k}_snapshots_after_min"].value > 0 for k in learned_main),
+                                               "d", "of them, runs whose λ2/λ1 rises at every snapshot after its minimum")}
     if main_size:
         numbers |= {"main_size_minutes_min": Number(min(main_size), ".0f", "shortest main-size run (minutes)", RECORDED),
                     "main_size_minutes_max": Number(max(main_size), ".0f", "longest main-size run (minutes)", RECORDED)}
     if {FIXED_RUN, *MAIN_RUNS} <= set(runs):
         numbers |= fixed_positions_gap(*(arrays[f"{run_key(name)}_eval_loss"] for name in (FIXED_RUN, *MAIN_RUNS)),
-                                       arrays[f"{run_key(FIXED_RUN)}_eval_steps"])
+                                       arrays[f"{run_key(FIXED_RUN)}_eval_steps"],
+                                       *(arrays[f"{run_key(name)}_train_loss"] for name in (FIXED_RUN, MAIN_RUNS[0])))
     if set(CONTEXT_RUNS) <= set(runs):
         contexts = {name: shapes[run_key(name)][0] for name in CONTEXT_RUNS}
-        numbers |= context_scaling({name: arrays[f"{run_key(name)}_shape"][-1] for name in CONTEXT_RUNS}, contexts)
-        slopes, at_gpt2 = context_slope_variants({name: last_tables[name] for name in CONTEXT_RUNS}, contexts)
-        numbers |= {"context_pair_ratio_at_gpt2_min": Number(float(at_gpt2.min()), ".3f", "smallest λ2/λ1 at GPT-2's "
-                                                             "context over the fit's variants"),
-                    "context_pair_ratio_at_gpt2_max": Number(float(at_gpt2.max()), ".3f", "largest λ2/λ1 at GPT-2's "
-                                                             "context over the fit's variants"),"context_pair_ratio_slope_min": Number(float(slopes.min()), ".2f", "smallest b of λ2/λ1 ∝ context^b "
-                                                           "over the fit's variants"),
-                    "context_pair_ratio_slope_max": Number(float(slopes.max()), ".2f", "largest b of λ2/λ1 ∝ context^b "
-                                                           "over the fit's variants"),
-                    "context_slope_variants": Number(len(slopes), "d", "variants of the context fit")}
+        numbers |= context_scaling({name: arrays[f"{run_key(name)}_shape"][-1] for name in CONTEXT_RUNS}, contexts,
+                                   level)
+        series = {name: (arrays[f"{run_key(name)}_steps"],
+                         {0: arrays[f"{run_key(name)}_shape"][:, MEASURES.index("pair_ratio")],
+                          1: arrays[f"{run_key(name)}_pair_ratio_wo_row0"]}) for name in CONTEXT_RUNS}
+        numbers |= matched_exposure(series, contexts, {name: batches[name] for name in CONTEXT_RUNS},
+                                    {name: Recipe.from_dict(model_spec(name).recipe.as_dict()) for name in CONTEXT_RUNS},
+                                    level)
     references = {}
     for n, d in sorted(set(shapes.values())):
         draws = reference_shapes((n, d), n_draws, seed, edge)
@@ -184,15 +201,24 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int) 
 
 
 def _growth_numbers(name: str, key: str, W: np.ndarray, trajectory: np.ndarray, steps: np.ndarray,
-                    edge: int) -> dict[str, Number]:
-    """How a learned table grew: where λ2/λ1 is smallest over the snapshots (and PC1's share there), the top-3 share
-    of what was learned, P − P₀, and the first snapshot with half of the top-3 share's rise."""
+                    edge: int, recipe: Recipe) -> dict[str, Number]:
+    """How a learned table grew: where λ2/λ1 is smallest over the snapshots (PC1's share and the learning rate there)
+    and how many of the snapshots after it rise from the one before (a ramp that kept straightening would have none),
+    the top-3 share of what was learned, P − P₀, and the first snapshot with half of the top-3 share's rise."""
     ratio = MEASURES.index("pair_ratio")
     lowest = int(np.argmin(trajectory[:, ratio]))
+    after = np.diff(trajectory[lowest:, ratio])
     return {
         f"{key}_pair_ratio_min": Number(float(trajectory[lowest, ratio]), ".3f",
                                         f"{name}: smallest λ2/λ1 over the snapshots"),
         f"{key}_pair_ratio_min_step": Number(int(steps[lowest]), ",d", f"{name}: the snapshot where it is smallest"),
+        f"{key}_lr_at_pair_ratio_min": Number(learning_rate(recipe, max(int(steps[lowest]), 1)) / recipe.peak_lr, ".0%",
+                                              f"{name}: the learning rate there, as a share of its peak"),
+        f"{key}_pair_ratio_rise": Number(float(trajectory[-1, ratio] / trajectory[lowest, ratio] - 1), ".0%",
+                                         f"{name}: how far λ2/λ1 at the last step lies above its smallest"),
+        f"{key}_snapshots_after_min": Number(len(after), "d", f"{name}: snapshots after the smallest λ2/λ1", EXACT),
+        f"{key}_rises_after_min": Number(int(np.sum(after > 0)), "d",
+                                         f"{name}: of them, those whose λ2/λ1 is above the snapshot's before", EXACT),
         f"{key}_pc1_at_pair_ratio_min": Number(float(trajectory[lowest, MEASURES.index("pc1")]), ".1%",
                                                f"{name}: PC1's share at that snapshot"),
         f"{key}_learned_top3": Number(table_shape(W[-1] - W[0], edge)["top3"], ".1%",
@@ -208,6 +234,8 @@ def _recorded_numbers(name: str, key: str, recipe: dict, record: dict, eval_loss
     return {
         f"{key}_n_ctx": Number(recipe["n_ctx"], "d", f"{name}: context (positions)"),
         f"{key}_steps": Number(recipe["steps"], ",d", f"{name}: training steps"),
+        f"{key}_tokens_millions": Number(recipe["steps"] * recipe["batch"] * recipe["n_ctx"] / 1e6, ".1f",
+                                         f"{name}: training tokens (millions), the budget its results are measured at"),
         f"{key}_d_model": Number(recipe["d_model"], "d", f"{name}: width"),
         f"{key}_n_layers": Number(recipe["n_layers"], "d", f"{name}: layers"),
         f"{key}_warmup": Number(recipe["warmup"], "d", f"{name}: warm-up steps"),
@@ -222,15 +250,21 @@ def _recorded_numbers(name: str, key: str, recipe: dict, record: dict, eval_loss
     }
 
 
-def fixed_positions_gap(fixed: np.ndarray, main: np.ndarray, seed1: np.ndarray, steps: np.ndarray) -> dict[str, Number]:
+def fixed_positions_gap(fixed: np.ndarray, main: np.ndarray, seed1: np.ndarray, steps: np.ndarray,
+                        fixed_train: np.ndarray, main_train: np.ndarray) -> dict[str, Number]:
     """Held-out loss of the fixed-positions run minus the learned runs': at the last step against each seed (seed 0 is
     paired: the same initialisation elsewhere and the same training windows); the widest gap and where it narrows
     most after it; and over the second half of training, the mean gap to the seeds' mean, how many evaluations find
     the fixed run behind both seeds, and the seeds' own difference there (mean and largest |seed 1 − seed 0|),
-    the scale of chance that two seeds give. The three runs are evaluated at the same steps."""
+    the scale of chance that two seeds give. The three runs are evaluated at the same steps. Beside it, the same
+    second half on the training windows, where seed 0 is paired step by step (`fixed_train` and `main_train`: the
+    training loss of optimiser steps 1 … S): the mean of fixed − learned and its standard error over blocks of
+    `TRAIN_BLOCK` steps, which tells a cost in fit (a gap on the training text too) from one in generalisation."""
     fixed, main, seed1 = (np.asarray(v, dtype=np.float64) for v in (fixed, main, seed1))
     if not fixed.shape == main.shape == seed1.shape == np.shape(steps):
         raise ValueError("the fixed and the learned runs were not evaluated at the same steps")
+    if np.shape(fixed_train) != np.shape(main_train):
+        raise ValueError("the fixed and the learned runs were not trained for the same steps")
     gap = fixed - main
     widest = int(np.argmax(gap))
     narrowest = widest + int(np.argmin(gap[widest:]))
@@ -258,50 +292,125 @@ def fixed_positions_gap(fixed: np.ndarray, main: np.ndarray, seed1: np.ndarray, 
             "sinusoidal_late_behind": number(int(np.sum((fixed > np.maximum(main, seed1))[late])), "d",
                                              "evaluations of the second half with the fixed run above both seeds"),
             "seed_late_gap": number(float(seeds.mean()), ".3f", "|seed 1 − seed 0| averaged over the second half (nats)"),
-            "seed_late_gap_max": number(float(seeds.max()), ".3f", "largest |seed 1 − seed 0| in the second half (nats)")}
+            "seed_late_gap_max": number(float(seeds.max()), ".3f", "largest |seed 1 − seed 0| in the second half (nats)"),
+            **paired_training_gap(fixed_train, main_train, steps[-1] / 2)}
 
 
-def context_scaling(finals: dict[str, np.ndarray], contexts: dict[str, int]) -> dict[str, Number]:
-    """How the main recipe's shape scales with its context: b of λ2/λ1 ∝ n^b and of turns ∝ n^b over the context
-    runs (`power_law_slope`; each seed a point), and the λ2/λ1 the fit gives at GPT-2's context. A table of fixed
-    period bends more the longer it is (λ2/λ1 rising towards 1); one that spreads the same shape over any context
-    gives b = 0."""
+def paired_training_gap(fixed: np.ndarray, main: np.ndarray, from_step: float) -> dict[str, Number]:
+    """Training loss of the fixed run minus the learned seed 0's on the same windows, optimiser steps ≥ `from_step`
+    (entry i is step i + 1): the mean, and its standard error sd(block means)/√blocks over whole blocks of
+    `TRAIN_BLOCK` steps."""
+    gap = (np.asarray(fixed, dtype=np.float64) - np.asarray(main, dtype=np.float64))[np.arange(1, len(fixed) + 1)
+                                                                                   >= from_step]
+    blocks = gap[:len(gap) // TRAIN_BLOCK * TRAIN_BLOCK].reshape(-1, TRAIN_BLOCK).mean(axis=1)
+    if len(blocks) < 2:
+        raise ValueError(f"a standard error over blocks needs at least {2 * TRAIN_BLOCK} steps")
+    return {"sinusoidal_train_late_gap": Number(float(gap.mean()), ".4f", "training loss, fixed minus learned (seed 0) "
+                                                "on the same windows, mean over the second half (nats)", EXACT_LOSS),
+            "sinusoidal_train_late_gap_se": Number(float(blocks.std(ddof=1) / np.sqrt(len(blocks))), ".4f",
+                                                   f"its standard error over blocks of {TRAIN_BLOCK} steps (nats)",
+                                                   EXACT_LOSS),
+            "train_block_steps": Number(TRAIN_BLOCK, "d", "steps per block of that standard error", EXACT),
+            "train_late_steps": Number(len(gap), ",d", "training steps in the second half", EXACT)}
+
+
+def context_scaling(finals: dict[str, np.ndarray], contexts: dict[str, int], level: float = 0.95) -> dict[str, Number]:
+    """How the main recipe's shape scales with its context at the last step: b of λ2/λ1 ∝ n^b, with its interval at
+    `level`, and of turns ∝ n^b over the context runs (`power_law_slope`; each seed a point). A table of fixed period
+    bends more the longer it is (λ2/λ1 rising towards 1); one that spreads the same shape over any context gives
+    b = 0. At the last step the runs' rows have seen different numbers of windows (`matched_exposure` matches them)."""
     n = np.array([contexts[name] for name in finals])
-    out = {}
-    for m in ("pair_ratio", "turns"):
-        b, a = power_law_slope(n, np.array([final[MEASURES.index(m)] for final in finals.values()]))
-        out[f"context_{m}_slope"] = Number(b, ".2f", f"b of {LABELS[m]} ∝ context^b, the main recipe at "
-                                                     f"{len(set(n))} contexts")
-        if m == "pair_ratio":
-            out["context_pair_ratio_at_gpt2"] = Number(float(np.exp(a + b * np.log(GPT2_CONTEXT))), ".3f",
-                                                       f"the fit's λ2/λ1 at {GPT2_CONTEXT} positions")
+    fit = power_law_intervals(n, np.array([final[MEASURES.index("pair_ratio")] for final in finals.values()]),
+                              GPT2_CONTEXT, level)
+    what = f"the main recipe at {len(set(n))} contexts, last step"
+    return {"context_pair_ratio_slope": Number(fit["b"], ".2f", f"b of λ2/λ1 ∝ context^b, {what}"),
+            "context_pair_ratio_slope_low": Number(fit["b_low"], ".2f", "its confidence interval: low end"),
+            "context_pair_ratio_slope_high": Number(fit["b_high"], ".2f", "its confidence interval: high end"),
+            "context_turns_slope": Number(power_law_slope(n, np.array([final[MEASURES.index("turns")]
+                                                                       for final in finals.values()]))[0], ".2f",
+                                          f"b of turns ∝ context^b, {what}")}
+
+
+def ratio_at_step(steps: np.ndarray, ratios: np.ndarray, step: float) -> float:
+    """λ2/λ1 at `step`, interpolated between the log-spaced snapshots linearly in log λ2/λ1 against log step."""
+    steps, ratios = np.asarray(steps, dtype=np.float64), np.asarray(ratios, dtype=np.float64)
+    kept = steps > 0
+    if not steps[kept][0] <= step <= steps[-1]:
+        raise ValueError(f"step {step:g} is outside the snapshots {steps[kept][0]:g} … {steps[-1]:g}")
+    return float(np.exp(np.interp(np.log(step), np.log(steps[kept]), np.log(ratios[kept]))))
+
+
+def matched_exposure(series: dict[str, tuple[np.ndarray, dict[int, np.ndarray]]], contexts: dict[str, int],
+                     batches: dict[str, int], recipes: dict[str, Recipe], level: float = 0.95) -> dict[str, Number]:
+    """The context fit at equal exposure per position. A run of batch B has trained each row on B windows per step, so
+    at equal tokens per step a short context's rows have seen more windows by the last step. Each run is read at the
+    step where steps × batch equals the smallest last exposure over the runs (`ratio_at_step`; `series`: {run: (the
+    snapshot steps, {first row: λ2/λ1 of rows first … at each snapshot})}, row 0 kept and dropped): b of λ2/λ1 ∝ n^b
+    with its interval at `level`, its range over the fit's arbitrary choices (`context_slope_variants`), and its
+    prediction interval at GPT-2's context; the steps matched, and the learning rate at the shortest context's, since matching
+    exposure reads the runs at different points of their schedules."""
+    windows = min(int(steps[-1]) * batches[name] for name, (steps, _) in series.items())
+    matched = {name: windows / batches[name] for name in series}
+    ratios = {first: {name: ratio_at_step(steps, by_row[first], matched[name]) for name, (steps, by_row) in series.items()}
+              for first in (0, 1)}
+    n = np.array([contexts[name] for name in series])
+    fit = power_law_intervals(n, np.array(list(ratios[0].values())), GPT2_CONTEXT, level)
+    slopes = context_slope_variants(ratios, contexts)
+    shortest = min(series, key=contexts.get)
+    out = {"context_matched_windows": Number(windows, ",d", "windows per position at which the context runs are "
+                                             "matched (the smallest last steps × batch)", EXACT),
+           "context_matched_slope": Number(fit["b"], ".2f", "b of λ2/λ1 ∝ context^b at equal windows per position"),
+           "context_matched_slope_low": Number(fit["b_low"], ".2f", "its confidence interval: low end"),
+           "context_matched_slope_high": Number(fit["b_high"], ".2f", "its confidence interval: high end"),
+           "context_matched_slope_min": Number(float(slopes.min()), ".2f", "smallest b over the fit's variants"),
+           "context_matched_slope_max": Number(float(slopes.max()), ".2f", "largest b over the fit's variants"),
+           "context_matched_variants": Number(len(slopes), "d", "variants of the matched fit", EXACT),
+           "context_matched_at_gpt2": Number(fit["at"], ".3f", f"the matched fit's λ2/λ1 at {GPT2_CONTEXT} positions"),
+           "context_matched_at_gpt2_low": Number(fit["at_low"], ".3f", "its prediction interval: low end"),
+           "context_matched_at_gpt2_high": Number(fit["at_high"], ".3f", "its prediction interval: high end"),
+           "context_matched_lr_shortest": Number(learning_rate(recipes[shortest], round(matched[shortest]))
+                                                 / recipes[shortest].peak_lr, ".0%", "the learning rate at the "
+                                                 "shortest context's matched step, as a share of its peak")}
+    for name in series:
+        out[f"{run_key(name)}_matched_step"] = Number(round(matched[name]), ",d", f"{name}: its matched step", EXACT)
+        out[f"{run_key(name)}_matched_pair_ratio"] = Number(ratios[0][name], ".3f", f"{name}: λ2/λ1 there")
     return out
 
 
-def context_slope_variants(tables: dict[str, np.ndarray], contexts: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
-    """(b, the fit's λ2/λ1 at GPT-2's context) of λ2/λ1 ∝ n^b over the context runs' last tables, for each variant of
-    the fit's arbitrary choices: no run or one left out (a seed, or a context's only run), and row 0 (an outlier in
-    every trained table) kept or dropped."""
-    fits = []
-    for first_row in (0, 1):
-        ratios = {name: pair_ratio(table[first_row:]) for name, table in tables.items()}
-        for left_out in (None, *tables):
-            kept = [name for name in tables if name != left_out]
-            fits.append(power_law_slope(np.array([contexts[k] for k in kept]), np.array([ratios[k] for k in kept])))
-    slopes, intercepts = np.array(fits).T
-    return slopes, np.exp(intercepts + slopes * np.log(GPT2_CONTEXT))
-
-
-def window_slope_variants(P: np.ndarray, lengths: list[int], window_counts: tuple[int, ...]) -> np.ndarray:
-    """b of the mean λ2/λ1 of P's windows ∝ length^b for each variant of the windows' arbitrary choices: the number
-    of windows of each length (`window_counts`, starts spread evenly) and whether row 0 may start one."""
+def context_slope_variants(ratios: dict[int, dict[str, float]], contexts: dict[str, int]) -> np.ndarray:
+    """b of λ2/λ1 ∝ n^b over the context runs for each variant of the fit's arbitrary choices: row 0 (an outlier in
+    every trained table) kept or dropped (`ratios`: {first row: {run: λ2/λ1}}), and no run or one left out (a seed,
+    or a context's only run)."""
     slopes = []
-    for first_row in (0, 1):
-        rows = P[first_row:]
-        for count in window_counts:
-            means = [np.mean([pair_ratio(rows[s:s + L]) for s in np.unique(np.round(np.linspace(0, len(rows) - L, count)))
-                              .astype(int)]) for L in lengths]
-            slopes.append(power_law_slope(np.array(lengths), np.array(means))[0])
+    for by_run in ratios.values():
+        for left_out in (None, *by_run):
+            kept = [name for name in by_run if name != left_out]
+            slopes.append(power_law_slope(np.array([contexts[k] for k in kept]), np.array([by_run[k] for k in kept]))[0])
+    return np.array(slopes)
+
+
+def window_starts(n: int, length: int, first_row: int, stride: int) -> np.ndarray:
+    """The first rows of every window of `length` rows of a table of n rows that starts at first_row + k·stride."""
+    return np.arange(first_row, n - length + 1, stride)
+
+
+def window_slope_variants(P: np.ndarray, lengths: list[int], strides: tuple[int, ...],
+                          cited: dict[int, np.ndarray]) -> np.ndarray:
+    """b of λ2/λ1 ∝ length^b over P's windows for each variant of the windows' arbitrary choices: the stride between
+    starts (every multiple of the smallest, whose windows the others subsample), whether row 0 may start one, and the
+    mean or the median over the windows of a length. `cited`: {length: λ2/λ1 of the windows from row 1 at the
+    smallest stride}, already measured; those from row 0 are measured here."""
+    base = min(strides)
+    if any(stride % base for stride in strides):
+        raise ValueError(f"every stride must be a multiple of the smallest, {base}")
+    by_row = {1: cited, 0: {L: np.array([pair_ratio(P[s:s + L]) for s in window_starts(len(P), L, 0, base)])
+                            for L in lengths}}
+    slopes = []
+    for ratios in by_row.values():
+        for stride in strides:
+            for statistic in (np.mean, np.median):
+                values = [statistic(ratios[L][::stride // base]) for L in lengths]
+                slopes.append(power_law_slope(np.array(lengths), np.array(values))[0])
     return np.array(slopes)
 
 
@@ -311,50 +420,79 @@ def final_shapes(runs: tuple[str, ...], edge: int) -> tuple[np.ndarray, np.ndarr
     return contexts, np.array([run_shapes(_history(name)["history.W_pos"][-1:], edge)[0] for name in runs])
 
 
-def window_shape(tensors, shape: ModelShape, *, lengths: tuple[int, ...], n_windows: int, untrained_rows: int,
-                 edge: int, runs: tuple[str, ...], window_counts: tuple[int, ...]) -> Result:
-    """`table_shape` of windows of each length in `lengths` cut from the model's trained rows (`n_windows` starts
-    spread evenly; one window where the length is the whole), and of all trained rows; mean, smallest, largest; b of
-    the mean turns ∝ length^b and of the mean λ2/λ1 over the lengths (the fit of the context runs, `context_scaling`), and
-    the range of the latter over `window_counts` windows per length, row 0 in or out. Beside them, for the figure, the last tables of the main-size `runs`, trained at those lengths."""
+def window_shape(tensors, shape: ModelShape, *, lengths: tuple[int, ...], stride: int, first_row: int,
+                 untrained_rows: int, edge: int, runs: tuple[str, ...], variant_strides: tuple[int, ...]) -> Result:
+    """`table_shape` of every window of each length in `lengths` cut from the model's trained rows that starts at
+    first_row + k·stride (row 0, an outlier in every table, left out with first_row 1), and of all trained rows:
+    median, smallest and largest over the windows of a length; b of the mean turns and of the mean λ2/λ1 ∝ length^b
+    over the lengths (the fit of the context runs, `context_scaling`), and the latter's range over
+    `window_slope_variants` (strides `variant_strides`, row 0 in or out, mean or median). Beside them the last tables
+    of the main-size `runs`, trained at those lengths: for the figure, and for each of the context runs the share of
+    the windows of its length that are straighter (a smaller λ2/λ1)."""
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
     n = len(P) - untrained_rows
-    numbers: dict[str, Number | Text] = {"n_trained": Number(n, "d", "trained rows measured"),
-                                         "n_windows": Number(n_windows, "d", "windows of each length")}
-    measured = [L for L in lengths if L < n]
+    numbers: dict[str, Number | Text] = {"n_trained": Number(n, "d", "trained rows measured", EXACT),
+                                         "stride": Number(stride, "d", "rows between the starts of two windows", EXACT),
+                                         "first_row": Number(first_row, "d", "the first row a window may start at", EXACT)}
+    measured = [L for L in lengths if L + first_row <= n - stride]  # at least two windows
     rows, arrays = [], {"window_lengths": np.array([*measured, n])}
     for length in [*measured, n]:
-        starts = np.unique(np.round(np.linspace(0, n - length, n_windows)).astype(int))
+        starts = window_starts(n, length, first_row, stride) if length < n else np.array([0])
         values = np.array([[table_shape(P[s:s + length], edge)[m] for m in MEASURES] for s in starts])
         key = "whole" if length == n else f"w{length}"
-        arrays[key] = values
+        arrays[key], arrays[f"{key}_starts"] = values, starts
+        if length == n:
+            numbers |= {f"whole_{m}": Number(float(values[0, i]), FORMATS[m], f"{LABELS[m]}, all {n} trained rows")
+                        for i, m in enumerate(MEASURES) if np.isfinite(values[0, i])}
+            rows.append((length, 1, "whole", *(_cell(values[:, i]) for i in range(len(MEASURES)))))
+            continue
+        numbers[f"{key}_windows"] = Number(len(starts), "d", f"windows of {length}", EXACT)
         for i, m in enumerate(MEASURES):
             column = values[:, i]
             if m == "period" or not np.isfinite(column).all():
                 continue
-            numbers |= {f"{key}_{m}": Number(float(column.mean()), FORMATS[m], f"{LABELS[m]}, mean over windows of {length}"),
+            numbers |= {f"{key}_{m}_median": Number(float(np.median(column)), FORMATS[m],
+                                                    f"{LABELS[m]}, median over the windows of {length}"),
                         f"{key}_{m}_min": Number(float(column.min()), FORMATS[m], f"{LABELS[m]}, smallest window of {length}"),
                         f"{key}_{m}_max": Number(float(column.max()), FORMATS[m], f"{LABELS[m]}, largest window of {length}")}
-        rows += [(length, int(s), *v[:3], shown_turns(v[3]), v[4] if np.isfinite(v[4]) else "undefined", v[5])
-                 for s, v in zip(starts, values)]
+        for label, statistic in (("median", np.median), ("smallest", np.min), ("largest", np.max)):
+            rows.append((length, len(starts), label, *(_cell(values[:, i], statistic) for i in range(len(MEASURES)))))
     if len(measured) >= 2:
         for m in ("turns", "pair_ratio"):
             means = [arrays[f"w{L}"][:, MEASURES.index(m)].mean() for L in measured]
             if not np.isfinite(means).all():  # a window with no helix has no turns to average
                 continue
             numbers[f"{m}_slope"] = Number(power_law_slope(np.array(measured), np.array(means))[0], ".2f",
-                                           f"b of the mean {LABELS[m]} ∝ window length^b, windows of "
+                                           f"b of the mean {LABELS[m]} over every window ∝ window length^b, windows of "
                                            f"{measured[0]}–{measured[-1]}")
-        slopes = window_slope_variants(P[:n], measured, window_counts)
-        numbers |= {"pair_ratio_slope_min": Number(float(slopes.min()), ".2f", "smallest b of the mean λ2/λ1 ∝ window "
+        slopes = window_slope_variants(P[:n], measured, variant_strides,
+                                       {L: arrays[f"w{L}"][:, MEASURES.index("pair_ratio")] for L in measured})
+        numbers |= {"pair_ratio_slope_min": Number(float(slopes.min()), ".2f", "smallest b of λ2/λ1 ∝ window "
                                                    "length^b over the windows' variants"),
-                    "pair_ratio_slope_max": Number(float(slopes.max()), ".2f", "largest b of the mean λ2/λ1 ∝ window "
+                    "pair_ratio_slope_max": Number(float(slopes.max()), ".2f", "largest b of λ2/λ1 ∝ window "
                                                    "length^b over the windows' variants"),
-                    "slope_variants": Number(len(slopes), "d", "variants of the windows' fit")}
+                    "slope_variants": Number(len(slopes), "d", "variants of the windows' fit", EXACT),
+                    "variant_strides": Text(", ".join(map(str, variant_strides[:-1])) + f" or {variant_strides[-1]}"
+                                            if len(variant_strides) > 1 else str(variant_strides[0]),
+                                            "the strides between windows' starts that the fit's variants take")}
     arrays["runs_n_ctx"], arrays["runs_shape"] = final_shapes(runs, edge)
     arrays["runs_position_init_std"] = np.array([model_spec(name).recipe.position_init_std for name in runs])
-    columns = ("positions", "first row", *(LABELS[m] for m in MEASURES))
+    for name, context, final in zip(runs, arrays["runs_n_ctx"], arrays["runs_shape"]):
+        if name in CONTEXT_RUNS and f"w{context}" in arrays:
+            ratios = arrays[f"w{context}"][:, MEASURES.index("pair_ratio")]
+            numbers[f"{run_key(name)}_straighter_windows"] = Number(
+                float(np.mean(ratios < final[MEASURES.index("pair_ratio")])), ".0%",
+                f"share of the windows of {context} with a smaller λ2/λ1 than {name}'s last table", COUNT_SHARE)
+    columns = ("positions", "windows", "over the windows", *(LABELS[m] for m in MEASURES))
     return Result(numbers, {"windows": Table(columns, tuple(rows), {LABELS[m]: FORMATS[m] for m in MEASURES})}, arrays)
+
+
+def _cell(column: np.ndarray, statistic=np.median) -> float | str:
+    """A table cell of `statistic` over the windows; a period defined in only some windows says in how many."""
+    defined = np.isfinite(column)
+    if defined.all():
+        return float(statistic(column))
+    return "undefined" if not defined.any() else f"defined in {int(defined.sum())} of {len(column)}"
 
 
 def plot_grid(result: Result, shape: ModelShape | None):
@@ -409,10 +547,10 @@ def plot_context(result: Result, shape: ModelShape | None):
 
 
 register("training_grid", "What decides the helix: shape across training runs", training_grid, scope="common",
-         params={"runs": RUNS, "n_draws": 20, "seed": 0, "edge": EDGE},
+         params={"runs": RUNS, "n_draws": 20, "seed": 0, "edge": EDGE, "level": 0.95},
          data=grid_inputs, figures={"grid": plot_grid}, groups=(GRID_GROUP,))
 
 register("window_shape", "The table's shape in windows of the trained runs' contexts", window_shape, needs=("W_pos",),
-         params={"lengths": (128, 256, 512), "n_windows": 5, "untrained_rows": 1, "edge": EDGE, "runs": FIGURE_RUNS,
-                 "window_counts": (3, 5, 9)},
+         params={"lengths": (128, 256, 512), "stride": 8, "first_row": 1, "untrained_rows": 1, "edge": EDGE,
+                 "runs": FIGURE_RUNS, "variant_strides": (8, 16, 32)},
          data=figure_inputs, figures={"context": plot_context})

@@ -113,7 +113,7 @@ def test_onset_and_loss_on_a_run_whose_circle_emerges_from_noise():
     tables = [w * circle() + noise for w in weights]
     steps, loss = [0, 10, 100, 1000, 3000], [8.0, 7.5, 7.0, 4.0, 3.0]
     r = helix_growth(history(tables, steps, loss), SHAPE, k=3, token_k=10, edge=100, n_null=20, seed=0, shown=4,
-                     width_share=0.04)
+                     width_share=0.04, n_subspaces=99)
     assert r.numbers["onset_step"].value == 1000
     assert r.numbers["loss_half_step"].value == 1000  # 8 → 3: half the fall is 5.5, first reached at 1000
     assert r.numbers["onset_vs_half"].text == "at"
@@ -127,7 +127,7 @@ def test_the_period_is_undefined_where_the_bulk_holds_less_than_a_turn():
     no period is printed, at the end or in the table; one of period N / 3 prints its period."""
     for table, expected in ((circle(period=1.5 * N), None), (circle(period=N / 3), N / 3)):
         r = helix_growth(history([table, table], [0, 10], [8.0, 7.0]), SHAPE, k=3, token_k=10, edge=100, n_null=5,
-                         seed=0, shown=2, width_share=0.04)
+                         seed=0, shown=2, width_share=0.04, n_subspaces=99)
         if expected is None:
             assert r.numbers["period_final"].text == "undefined"
             assert set(r.tables["trajectory"].column("helix period")) <= {"—", "undefined"}
@@ -160,7 +160,7 @@ def test_learning_starts_where_the_learned_change_leaves_the_noise_not_where_the
     ramp = np.outer(np.arange(N) / N, np.eye(D)[0])
     weights = [0.0, 0.02, 0.05, 1.0, 2.0]
     r = helix_growth(history([noise + w * ramp for w in weights], [0, 10, 100, 1000, 3000], [8.0, 7.0, 6.0, 4.0, 3.0]),
-                     SHAPE, k=3, token_k=10, edge=100, n_null=20, seed=0, shown=4, width_share=0.04)
+                     SHAPE, k=3, token_k=10, edge=100, n_null=20, seed=0, shown=4, width_share=0.04, n_subspaces=99)
     assert r.numbers["learning_start_step"].value == 10
     assert r.numbers["following_step"].value == 10
     assert r.numbers["onset_step"].value > 10
@@ -211,9 +211,37 @@ def test_the_same_width_ratio_is_d_over_k_for_a_table_inside_the_first_token_dir
     V, _ = np.linalg.qr(rng.standard_normal((D, D)))
     inside = circle()[:, :2] @ V[:, :2].T
     r = helix_growth(history([inside, inside], [0, 1], [1.0, 0.5], V), SHAPE, k=3, token_k=10, edge=100, n_null=5,
-                     seed=0, shown=2, width_share=0.04)
+                     seed=0, shown=2, width_share=0.04, n_subspaces=99)
     assert r.numbers["width_k"].value == 5
     assert r.numbers["width_ratio_final"].value == pytest.approx(D / 5, rel=1e-6)
+    assert r.numbers["width_ratio_final_p"].text == "p < 0.02 (99 draws, two-sided)"  # beyond every random subspace
+
+
+def test_the_final_enrichment_p_is_two_sided_and_agrees_with_its_exact_z_where_the_draws_are_gaussian_like():
+    """Inside E's top directions and outside them both lie beyond every random subspace (two-sided: a table may avoid
+    them, as GPT-2's does, or seek them). A table whose energy fraction in a random subspace is nearly
+    Gaussian (a table with a spread of variances, oriented apart from E), gets from the draws the two-sided p of its
+    exact z: 2(1 − Φ(|z|)), within the draws' sampling error and the fraction's small skew."""
+    from scipy.stats import norm
+
+    rng = np.random.default_rng(11)
+    V, _ = np.linalg.qr(rng.standard_normal((D, D)))
+    for rows in (V[:, :2].T, V[:, 40:42].T):  # inside the top 5 and 10; outside both
+        table = circle()[:, :2] @ rows
+        r = helix_growth(history([table, table], [0, 1], [1.0, 0.5], V), SHAPE, k=3, token_k=10, edge=100, n_null=5,
+                         seed=0, shown=2, width_share=0.04, n_subspaces=199)
+        for key in ("enrichment_final", "width_ratio_final"):
+            assert r.numbers[f"{key}_p"].text == "p < 0.01 (199 draws, two-sided)", key
+    rng = np.random.default_rng(13)  # a table oriented apart from E: z of −1.6 and −1.7
+    V, _ = np.linalg.qr(rng.standard_normal((D, D)))
+    R, _ = np.linalg.qr(rng.standard_normal((D, D)))
+    spread = rng.standard_normal((N, D)) @ np.diag(np.linspace(0.5, 1.5, D)) @ R.T
+    r = helix_growth(history([spread, spread], [0, 1], [1.0, 0.5], V), SHAPE, k=3, token_k=10, edge=100,
+                     n_null=5, seed=0, shown=2, width_share=0.04, n_subspaces=4000)
+    for key in ("enrichment_final", "width_ratio_final"):
+        z = r.numbers[f"{key}_z"].value
+        p = float(r.numbers[f"{key}_p"].text.removeprefix("p = "))
+        assert abs(z) > 1.5 and p == pytest.approx(2 * norm.sf(abs(z)), abs=0.03), key
 
 
 def test_the_finished_model_is_compared_with_gpt2_at_the_same_fraction_of_the_width():
@@ -225,3 +253,13 @@ def test_the_finished_model_is_compared_with_gpt2_at_the_same_fraction_of_the_wi
     for key in ("gpt2.position_token_subspaces.width_ratio", "kjv_gpt2.position_token_subspaces.width_ratio",
                 "kjv_gpt2_seed1.helix_growth.width_ratio_final"):
         assert f"{{{{< var {key} >}}}}" in text
+
+
+def test_the_finished_tables_token_enrichment_is_read_with_each_seeds_z_and_p():
+    """Issue 45, §6: seed 1's ratio in E's top 5 lies beyond chance, so "within about two standard deviations" of
+    both seeds is gone, and each seed's z and p are cited at both sizes."""
+    text = " ".join(chapter_text().split())
+    assert "at or above chance and within about two standard deviations of it over random subspaces" not in text
+    for model in ("kjv_gpt2", "kjv_gpt2_seed1"):
+        for key in ("width_ratio_final_z", "width_ratio_final_p", "enrichment_final_z", "enrichment_final_p"):
+            assert f"{{{{< var {model}.helix_growth.{key} >}}}}" in text, (model, key)

@@ -1,5 +1,7 @@
 """What decides the helix: the table-shape numbers on tables whose answers are known in closed form, the
-references, windows of a known helix, and the grid's recipes."""
+references, every window of a known helix, the grid's recipes, the power-law fit's intervals on synthetic data of
+known slope, the context fit at matched exposure per position, and the fixed-positions control's paired training
+loss."""
 
 from __future__ import annotations
 
@@ -7,9 +9,12 @@ import numpy as np
 import pytest
 
 from analyses.engine.sources import GRID, MAIN_RECIPE, MODELS, ModelShape
-from analyses.toolkit.table_shape import MEASURES, bulk_turns, power_law_slope, reference_shapes, table_shape
+from analyses.toolkit.table_shape import (MEASURES, bulk_turns, pair_ratio, power_law_intervals, power_law_slope,
+                                          reference_shapes, table_shape)
+from analyses.toolkit.training import Recipe
 from analyses.training_grid import (CONTEXT_RUNS, RUNS, change, context_scaling, context_slope_variants,
-                                    fixed_positions_gap, run_key, window_shape, window_slope_variants)
+                                    fixed_positions_gap, matched_exposure, paired_training_gap, ratio_at_step, run_key,
+                                    window_shape, window_slope_variants)
 
 
 def helix(n: int, turns: float, d: int = 16, rise: float = 0.0) -> np.ndarray:
@@ -60,17 +65,36 @@ def test_random_walks_have_the_brownian_bridge_spectrum_and_the_draws_are_seeded
     np.testing.assert_array_equal(draws["walk"], again["walk"])
 
 
-def test_windows_of_a_helix_cut_the_turns_in_proportion():
-    """A helix of period 128 over 1,025 rows (the last one untrained): windows of 512 hold 4 turns each."""
+def test_windows_of_a_helix_cut_the_turns_in_proportion_and_every_window_from_row_1_is_measured():
+    """A helix of period 128 over 1,025 rows (the last one untrained): windows of 512 hold 4 turns each; every start
+    1, 1 + 64, … that fits is a window (windows of 256: 1 … 705, 12 of them; of 512: 1 … 449, 8), summarised by
+    median, smallest and largest."""
     shape = ModelShape("toy", "gpt2", 16, 1025, 1, 1, 10, 64, "pre")
-    r = window_shape({"W_pos": helix(1025, 1025 / 128)}, shape, lengths=(256, 512), n_windows=3, untrained_rows=1,
-                     edge=100, runs=(), window_counts=(3, 5))
-    assert r.numbers["w512_turns"].value == pytest.approx(4.0, rel=0.02)
+    r = window_shape({"W_pos": helix(1025, 1025 / 128)}, shape, lengths=(256, 512), stride=64, first_row=1,
+                     untrained_rows=1, edge=100, runs=(), variant_strides=(64, 128))
+    assert r.numbers["w512_turns_median"].value == pytest.approx(4.0, rel=0.02)
     assert r.numbers["turns_slope"].value == pytest.approx(1.0, abs=0.03)  # a fixed period: turns ∝ length
     assert r.numbers["w256_turns_min"].value == pytest.approx(2.0, rel=0.03)
     assert r.numbers["whole_turns"].value == pytest.approx(8.0, rel=0.02)
+    assert r.numbers["w256_windows"].value == 12 and r.numbers["w512_windows"].value == 8
+    np.testing.assert_array_equal(r.arrays["w512_starts"], np.arange(1, 450, 64))
     assert len(r.tables["windows"].rows) == 3 + 3 + 1
-    assert r.numbers["slope_variants"].value == 2 * 2  # two window counts, row 0 in or out
+    assert r.numbers["slope_variants"].value == 2 * 2 * 2  # two strides, row 0 in or out, mean or median
+    assert "w512_turns" not in r.numbers  # the mean of a few windows is no longer cited
+
+
+def test_the_window_summary_is_the_median_and_range_of_every_window_not_of_a_few():
+    """A table that is a straight ramp but for a bent stretch: the windows that hold the bend are the few largest
+    λ2/λ1, so the median over every window is a ramp's while the largest is the bend's, and a start every 8 rows from
+    row 1 finds it wherever it lies."""
+    shape = ModelShape("toy", "gpt2", 16, 1025, 1, 1, 10, 64, "pre")
+    P = helix(1025, 0.0, rise=1.0)
+    P[600:700, 1] = 40 * np.sin(np.linspace(0, np.pi, 100))  # a bump away from the line
+    r = window_shape({"W_pos": P}, shape, lengths=(128,), stride=8, first_row=1, untrained_rows=1, edge=100, runs=(),
+                     variant_strides=(8,))
+    ratios = np.array([pair_ratio(P[s:s + 128]) for s in np.arange(1, 1024 - 128 + 1, 8)])
+    assert r.numbers["w128_pair_ratio_median"].value == pytest.approx(np.median(ratios)) and np.median(ratios) < 1e-9
+    assert r.numbers["w128_pair_ratio_max"].value == pytest.approx(ratios.max()) and ratios.max() > 0.05
 
 
 def _arc(n: int, period: float = 1000.0) -> np.ndarray:
@@ -81,11 +105,15 @@ def test_every_variant_of_the_fits_finds_the_same_scaling_in_a_clean_case():
     """Arcs of one period: λ2/λ1 ∝ n^b with b near 2 whichever run is left out and whether row 0 is kept, for the
     context runs (2 × 5 fits) and for windows of one long arc (2 × 3 fits)."""
     contexts = dict(zip(CONTEXT_RUNS, (128, 256, 256, 512)))
-    slopes, at_gpt2 = context_slope_variants({name: _arc(n) for name, n in contexts.items()}, contexts)
-    assert np.all(at_gpt2 > table_shape(_arc(512))["pair_ratio"])  # carried on to 1024, a rising trend rises
+    ratios = {first: {name: pair_ratio(_arc(n)[first:]) for name, n in contexts.items()} for first in (0, 1)}
+    slopes = context_slope_variants(ratios, contexts)
     assert len(slopes) == 10 and 1.9 < slopes.min() <= slopes.max() < 2.3 and np.ptp(slopes) < 0.15
-    windows = window_slope_variants(_arc(1024), [128, 256, 512], (3, 5, 9))
-    assert len(windows) == 6 and 1.9 < windows.min() <= windows.max() < 2.3 and np.ptp(windows) < 0.15
+    arc, lengths = _arc(1024), [128, 256, 512]
+    cited = {L: np.array([pair_ratio(arc[s:s + L]) for s in range(1, 1024 - L + 1, 8)]) for L in lengths}
+    windows = window_slope_variants(arc, lengths, (8, 16, 32), cited)
+    assert len(windows) == 12 and 1.9 < windows.min() <= windows.max() < 2.3 and np.ptp(windows) < 0.15
+    with pytest.raises(ValueError, match="multiple"):
+        window_slope_variants(arc, lengths, (8, 12), cited)
 
 
 def test_the_variants_of_the_context_fit_span_a_run_that_is_off_the_trend():
@@ -93,7 +121,8 @@ def test_the_variants_of_the_context_fit_span_a_run_that_is_off_the_trend():
     leaves it out is not, so the range covers both."""
     contexts = dict(zip(CONTEXT_RUNS, (128, 256, 256, 512)))
     tables = {name: _arc(n) for name, n in contexts.items()} | {"kjv-gpt2-seed1": helix(256, 2.0)}
-    slopes, _ = context_slope_variants(tables, contexts)
+    slopes = context_slope_variants({first: {name: pair_ratio(t[first:]) for name, t in tables.items()}
+                                     for first in (0, 1)}, contexts)
     assert slopes.max() > 1.8 and slopes.min() < 1.0
 
 
@@ -104,7 +133,7 @@ def test_the_fixed_positions_gap_is_paired_at_the_last_step_and_read_over_traini
     fixed = np.array([8.0, 5.0, 4.2, 4.11, 4.05])
     main = np.array([8.0, 4.5, 4.2, 4.0, 4.0])
     seed1 = np.array([8.0, 4.6, 4.16, 4.02, 4.04])
-    n = fixed_positions_gap(fixed, main, seed1, np.array([0, 100, 200, 300, 400]))
+    n = fixed_positions_gap(fixed, main, seed1, np.array([0, 100, 200, 300, 400]), np.zeros(400), np.zeros(400))
     assert n["sinusoidal_loss_gap"].value == pytest.approx(0.05)
     assert n["sinusoidal_loss_gap_seed1"].value == pytest.approx(0.01)
     assert n["seed_loss_gap"].value == pytest.approx(0.04)
@@ -116,8 +145,25 @@ def test_the_fixed_positions_gap_is_paired_at_the_last_step_and_read_over_traini
     assert n["sinusoidal_late_gap"].value == pytest.approx(np.mean([0.02, 0.1, 0.03]))
     assert n["seed_late_gap"].value == pytest.approx(np.mean([0.04, 0.02, 0.04]))
     assert n["seed_late_gap_max"].value == pytest.approx(0.04)
+    assert n["sinusoidal_train_late_gap"].value == 0.0 and n["train_late_steps"].value == 201  # steps 200 … 400
     with pytest.raises(ValueError, match="same steps"):
-        fixed_positions_gap(fixed[:-1], main, seed1, np.array([0, 100, 200, 300, 400]))
+        fixed_positions_gap(fixed[:-1], main, seed1, np.array([0, 100, 200, 300, 400]), np.zeros(400), np.zeros(400))
+
+
+def test_the_paired_training_gap_is_the_mean_over_the_second_half_with_the_standard_error_of_its_block_means():
+    """Fixed − learned training loss of −0.01 in steps 1 … 999 and, from step 1,000 (the second half of 2,000 steps),
+    alternating blocks of 100 steps at −0.003 and −0.001: mean −0.002 (the leftover step 2,000 at −0.002), and the
+    ten block means' sd/√10. A gap that only the first half has does not enter."""
+    steps = np.arange(1, 2001)
+    gap = np.where(steps < 1000, -0.01, np.where(((steps - 1000) // 100) % 2 == 0, -0.003, -0.001))
+    gap[-1] = -0.002
+    n = paired_training_gap(4.0 + gap, np.full(2000, 4.0), 1000)
+    assert n["train_late_steps"].value == 1001
+    assert n["sinusoidal_train_late_gap"].value == pytest.approx(-0.002, abs=1e-12)
+    blocks = np.array([-0.003, -0.001] * 5)
+    assert n["sinusoidal_train_late_gap_se"].value == pytest.approx(blocks.std(ddof=1) / np.sqrt(10), rel=1e-9)
+    with pytest.raises(ValueError, match="blocks"):
+        paired_training_gap(np.zeros(300), np.zeros(300), 150)
 
 
 def test_every_grid_run_changes_one_thing_from_its_reference_and_keeps_the_tokens_per_step():
@@ -155,10 +201,72 @@ def test_context_scaling_tells_a_fixed_period_from_a_fixed_number_of_turns_per_c
               for name, n in contexts.items()}
     numbers = context_scaling(finals, contexts)
     assert numbers["context_turns_slope"].value == pytest.approx(slope, abs=0.03)
+    assert "context_pair_ratio_at_gpt2" not in numbers  # no extrapolation without its prediction interval
     if fixed == "turns":
         assert numbers["context_pair_ratio_slope"].value == pytest.approx(0.0, abs=1e-3)
-        expected = table_shape(helix(1024, 2.5))["pair_ratio"]
-        assert numbers["context_pair_ratio_at_gpt2"].value == pytest.approx(expected, rel=1e-2)
+        assert numbers["context_pair_ratio_slope_low"].value < 0 < numbers["context_pair_ratio_slope_high"].value
+
+
+def test_power_law_intervals_are_exact_without_noise_and_cover_at_their_level_with_it():
+    """Four points at contexts 128, 256, 256, 512 (the context runs' design), log value = a + 0.7 log n + noise: with
+    no noise the intervals are the point; with Gaussian noise the slope's 95 % interval holds the true 0.7 in 95 %
+    of 4,000 draws and the prediction interval at 1,024 holds a new point there as often (Student's t with 2 degrees
+    of freedom; a normal quantile would cover about 80 %)."""
+    n = np.array([128, 256, 256, 512])
+    exact = power_law_intervals(n, 3.0 * n ** 0.7, 1024)
+    assert exact["b_low"] == pytest.approx(0.7) and exact["b_high"] == pytest.approx(0.7)
+    assert exact["at_low"] == pytest.approx(3.0 * 1024 ** 0.7) and exact["at_high"] == pytest.approx(exact["at"])
+    rng = np.random.default_rng(0)
+    slope_covered = point_covered = 0
+    draws = 4000
+    for _ in range(draws):
+        fit = power_law_intervals(n, 3.0 * n ** 0.7 * np.exp(0.3 * rng.standard_normal(4)), 1024)
+        new = 3.0 * 1024 ** 0.7 * np.exp(0.3 * rng.standard_normal())
+        slope_covered += fit["b_low"] <= 0.7 <= fit["b_high"]
+        point_covered += fit["at_low"] <= new <= fit["at_high"]
+    assert slope_covered / draws == pytest.approx(0.95, abs=0.012)
+    assert point_covered / draws == pytest.approx(0.95, abs=0.012)
+    with pytest.raises(ValueError, match="three points"):
+        power_law_intervals(n[:2], n[:2] ** 0.7, 1024)
+
+
+def _power_law_runs(beta: float, gamma: float):
+    """The context runs at equal tokens per step (batch 4,096 / n), each λ2/λ1 = 0.01 · n^β · (step · batch)^−γ at
+    log-spaced snapshots: the shape depends on the context and on the windows each row has seen, nothing else."""
+    contexts = dict(zip(CONTEXT_RUNS, (128, 256, 256, 512)))
+    batches = {name: 4096 // n for name, n in contexts.items()}
+    steps = np.unique(np.round(np.geomspace(10, 3000, 20))).astype(int)
+    steps = np.concatenate([[0], steps])
+    series = {name: (steps, {first: 0.01 * n ** beta * np.maximum(steps * batches[name], 1) ** -gamma * (1 + first / 10)
+                             for first in (0, 1)}) for name, n in contexts.items()}
+    recipes = {name: Recipe(n_ctx=n, batch=batches[name]) for name, n in contexts.items()}
+    return contexts, batches, series, recipes
+
+
+@pytest.mark.parametrize("beta, gamma", [(0.0, 0.5), (1.5, 0.3)])
+def test_matched_exposure_recovers_the_context_exponent_that_the_last_step_confounds(beta, gamma):
+    """λ2/λ1 ∝ n^β (windows per row)^−γ: at the last step a row of context n has seen 3,000 · 4,096/n windows, so the
+    last-step fit gives β + γ; read at equal windows per row (24,000: the 512-context run's last step; steps 750,
+    1,500, 3,000) the fit gives β, with an interval of zero width, as the snapshots are log-spaced and a power law is
+    a line in log-log."""
+    contexts, batches, series, recipes = _power_law_runs(beta, gamma)
+    last = {name: np.array([0, 0, by_row[0][-1], 1, 0, 0]) for name, (_, by_row) in series.items()}
+    assert context_scaling(last, contexts)["context_pair_ratio_slope"].value == pytest.approx(beta + gamma)
+    numbers = matched_exposure(series, contexts, batches, recipes)
+    assert numbers["context_matched_windows"].value == 24000
+    assert [numbers[f"{run_key(name)}_matched_step"].value for name in CONTEXT_RUNS] == [750, 1500, 1500, 3000]
+    assert numbers["context_matched_slope"].value == pytest.approx(beta, abs=1e-9)
+    assert numbers["context_matched_slope_high"].value - numbers["context_matched_slope_low"].value < 1e-6
+    assert numbers["context_matched_slope_min"].value == pytest.approx(beta, abs=1e-9)
+    assert numbers["context_matched_at_gpt2"].value == pytest.approx(0.01 * 1024 ** beta * 24000 ** -gamma, rel=1e-6)
+
+
+def test_the_ratio_between_snapshots_is_read_on_the_log_log_line_and_never_extrapolated():
+    steps, ratios = np.array([0, 10, 100, 1000]), np.array([1.0, 0.5, 0.05, 0.005])
+    assert ratio_at_step(steps, ratios, 10 ** 1.5) == pytest.approx(0.05 * 10 ** 0.5)
+    assert ratio_at_step(steps, ratios, 1000) == pytest.approx(0.005)
+    with pytest.raises(ValueError, match="outside"):
+        ratio_at_step(steps, ratios, 3000)
 
 
 def test_a_table_that_bends_more_the_longer_it_is_has_a_rising_pair_ratio():
@@ -189,13 +297,14 @@ def test_the_grid_reads_each_runs_history_and_measures_its_last_table_and_half_w
     directory.mkdir()
     save_file({"history.steps": np.array([0, 10, 300]), "history.W_pos": W,
                "history.eval_steps": np.array([0, 50, 100, 300]),
-               "history.eval_loss": np.array([8.0, 7.0, 5.9, 4.0], dtype=np.float32)},
+               "history.eval_loss": np.array([8.0, 7.0, 5.9, 4.0], dtype=np.float32),
+               "history.train_loss": np.linspace(8, 4, 300, dtype=np.float32)},
               str(directory / "history.safetensors"))
     record = dict.fromkeys(RECORD_PARTS, {}) | {"fingerprint": {"recipe": GRID["kjv-small"].as_dict()},
                                                  "run": {"seconds": 600.0}, "final": {"train_loss_last_100": 4.5}}
     (directory / "training.json").write_text(json.dumps(record))
     monkeypatch.setattr(grid, "model_dir", lambda name: tmp_path / name)
-    r = grid.training_grid(runs=("kjv-small",), n_draws=2, seed=0, edge=100)
+    r = grid.training_grid(runs=("kjv-small",), n_draws=2, seed=0, edge=100, level=0.95)
     assert r.numbers["base_turns"].value == pytest.approx(2.0, rel=0.03)
     assert r.numbers["base_pair_ratio"].value == pytest.approx(1.0, abs=0.05)
     assert r.numbers["base_period"].text == "undefined"  # 55 rows of bulk hold less than a turn of 128
@@ -204,6 +313,10 @@ def test_the_grid_reads_each_runs_history_and_measures_its_last_table_and_half_w
     ratios = [table_shape(P)["pair_ratio"] for P in W]  # recomputed snapshot by snapshot
     assert r.numbers["base_pair_ratio_min"].value == pytest.approx(min(ratios))
     assert r.numbers["base_pair_ratio_min_step"].value == [0, 10, 300][int(np.argmin(ratios))]
+    lowest = int(np.argmin(ratios))
+    assert r.numbers["base_snapshots_after_min"].value == 2 - lowest
+    assert r.numbers["base_rises_after_min"].value == int(np.sum(np.diff(ratios[lowest:]) > 0))
+    assert r.numbers["base_pair_ratio_rise"].value == pytest.approx(ratios[-1] / min(ratios) - 1)
     assert "walk256x64_pc1" in r.numbers and len(r.tables["grid"].rows) == 1 + 2
 
 
@@ -223,12 +336,13 @@ def test_a_run_with_fixed_positions_reports_its_table_and_loss_but_no_growth(tmp
     directory.mkdir()
     save_file({"history.steps": np.array([0, 10, 3000]), "history.W_pos": np.stack([table] * 3),
                "history.eval_steps": np.array([0, 100, 3000]),
-               "history.eval_loss": np.array([7.7, 4.5, 3.7], dtype=np.float32)}, str(directory / "history.safetensors"))
+               "history.eval_loss": np.array([7.7, 4.5, 3.7], dtype=np.float32),
+               "history.train_loss": np.linspace(8, 3, 3000, dtype=np.float32)}, str(directory / "history.safetensors"))
     record = dict.fromkeys(RECORD_PARTS, {}) | {"fingerprint": {"recipe": GRID["kjv-gpt2-sinusoidal"].as_dict()},
                                                  "run": {"seconds": 60.0}, "final": {"train_loss_last_100": 2.9}}
     (directory / "training.json").write_text(json.dumps(record))
     monkeypatch.setattr(grid, "model_dir", lambda name: tmp_path / name)
-    r = grid.training_grid(runs=("kjv-gpt2-sinusoidal",), n_draws=2, seed=0, edge=100)
+    r = grid.training_grid(runs=("kjv-gpt2-sinusoidal",), n_draws=2, seed=0, edge=100, level=0.95)
     assert r.numbers["main_sinusoidal_loss"].value == pytest.approx(3.7)
     assert r.numbers["main_sinusoidal_pair_ratio"].value == pytest.approx(table_shape(table)["pair_ratio"])
     assert not any(k in r.numbers for k in ("main_sinusoidal_learned_top3", "main_sinusoidal_share_half_step",

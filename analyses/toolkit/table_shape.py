@@ -13,7 +13,9 @@ For a table P (positions × width), centred over positions, with λ_i the varian
 
 Across contexts, `power_law_slope` says how a measure scales with the number of positions n: the turns of a table
 that winds a fixed number of turns per context do not grow with n (slope 0); those of a helix of fixed period grow
-in proportion (slope 1).
+in proportion (slope 1). `power_law_intervals` gives that slope's confidence interval and the prediction interval of
+the fit at another n (ordinary least squares on the logs, Student's t with n − 2 degrees of freedom): a slope from
+four points at three contexts is wide, and a value carried beyond the fitted contexts wider still.
 """
 
 from __future__ import annotations
@@ -92,3 +94,25 @@ def power_law_slope(n: np.ndarray, values: np.ndarray) -> tuple[float, float]:
     in proportion to n)."""
     b, a = np.polyfit(np.log(np.asarray(n, dtype=np.float64)), np.log(np.asarray(values, dtype=np.float64)), 1)
     return float(b), float(a)
+
+
+def power_law_intervals(n: np.ndarray, values: np.ndarray, at: float, level: float = 0.95) -> dict[str, float]:
+    """The least-squares fit log value = a + b log n with its intervals at `level`: {"b", "b_low", "b_high"} (the
+    confidence interval of b, b ± t·s/√Sxx) and {"at", "at_low", "at_high"} (the fitted value at n = `at` and its
+    prediction interval for a new point there, exp(a + b log at ± t·s·√(1 + 1/m + (log at − mean log n)²/Sxx))),
+    with s² the residual variance over m − 2 degrees of freedom and t Student's quantile."""
+    from scipy.stats import t as student
+
+    x, y = np.log(np.asarray(n, dtype=np.float64)), np.log(np.asarray(values, dtype=np.float64))
+    if len(x) < 3 or np.ptp(x) == 0:
+        raise ValueError("an interval of a power law needs at least three points at two or more n")
+    b, a = power_law_slope(n, values)
+    residual = y - (a + b * x)
+    s = np.sqrt(residual @ residual / (len(x) - 2))
+    sxx = float(np.sum((x - x.mean()) ** 2))
+    q = float(student.ppf(0.5 + level / 2, len(x) - 2))
+    x0 = np.log(at)
+    spread = q * s * np.sqrt(1 + 1 / len(x) + (x0 - x.mean()) ** 2 / sxx)
+    fitted = a + b * x0
+    return {"b": b, "b_low": b - q * s / np.sqrt(sxx), "b_high": b + q * s / np.sqrt(sxx),
+            "at": float(np.exp(fitted)), "at_low": float(np.exp(fitted - spread)), "at_high": float(np.exp(fitted + spread))}
