@@ -153,3 +153,14 @@ def test_gpt2_toeplitz_share_against_shared_phase_draws_recomputed_directly():
         cited("gpt2.toeplitz_gram.shared_toeplitz_share_sd"))
     assert abs(np.mean(draws) - mean) < 4 * sd / np.sqrt(40) + 0.001
     assert np.std(draws, ddof=1) == pytest.approx(sd, rel=0.5)
+
+
+def test_no_chapter_reads_the_helix_as_read_by_rotating_it():
+    """The referee withdrew the rotation reading: the position heads' current-token attention rests on the symmetric
+    part, and random frames' antisymmetric parts (about 1e-4 of the rotation's norm) controlled nothing. None of the
+    withdrawn wordings may come back in any chapter."""
+    text = chapters()
+    for withdrawn in ("reads position by rotating it", "read the helix largely by rotating it",
+                      "read the helix by rotating it", "changes nothing", "too weak at those sizes",
+                      "too weak a baseline to speak of rotation"):
+        assert withdrawn not in text, withdrawn
