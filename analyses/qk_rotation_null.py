@@ -15,10 +15,17 @@ the heads of the layer at the report's familywise rate (`toolkit.pvalues`), one 
 
 Intervention, per head, with its controls: the attention pattern of the position rows alone with a part of the
 top-k form taken out of the scores, S − C X Cᵀ (C the coordinates of the standardised rows on B), for X the
-antisymmetric part (M − Mᵀ)/2, the symmetric part (M + Mᵀ)/2 and the whole form M, and for the antisymmetric part of
-the form on random k-frames of either null (for heads with at least `control_mass` on the current key); read in two
-of the statistics that classify heads (`toolkit.attention.head_statistics`, computed here without the others): the
-mean attention on the current key and the mean distance attended.
+antisymmetric part (M − Mᵀ)/2, the symmetric part (M + Mᵀ)/2, its isotropic part (tr M / k) I (which scores
+α c_i·c_j, the self-similarity that peaks at the query), the rest of the symmetric part, and the whole form M. The
+control, for heads with at least `control_mass` on the current key, is a random part of equal size: X a k × k matrix
+of independent Gaussian entries rescaled to the Frobenius norm of the antisymmetric part (and, separately, of the
+symmetric part), and a random antisymmetric matrix of the antisymmetric part's norm (a random rotation), taken out
+on the same coordinates C; the real part's removal is placed among those random removals
+by its percentile. Read in two of the statistics that classify heads (`toolkit.attention.head_statistics`, computed
+here without the others): the mean attention on the current key and the mean distance attended.
+
+The subspace null is also run with the first and the last row of P left out (P's top directions and its top
+`subspace` recomputed without them), the rows that lie off the helix.
 """
 
 from __future__ import annotations
@@ -40,8 +47,15 @@ MIN_MASS = 0.01
 FAMILY_NEEDS = {"gpt2": ("blocks.0.ln1.w", "blocks.0.ln1.b"), "bert": ("W_token_type", "embed.ln.w", "embed.ln.b")}
 NULLS = ("whole", "subspace")
 """The two nulls: random frames of the whole stream, random frames inside P's own top subspace."""
-PARTS = {"antisymmetric": lambda M: (M - M.T) / 2, "symmetric": lambda M: (M + M.T) / 2, "form": lambda M: M}
-"""The parts of a head's top-k form that the intervention takes out of its scores."""
+PARTS = {"antisymmetric": lambda M: (M - M.T) / 2, "symmetric": lambda M: (M + M.T) / 2, "form": lambda M: M,
+         "isotropic": lambda M: np.trace(M) / len(M) * np.eye(len(M)),
+         "anisotropic": lambda M: (M + M.T) / 2 - np.trace(M) / len(M) * np.eye(len(M))}
+"""The parts of a head's top-k form that the intervention takes out of its scores (isotropic + anisotropic =
+symmetric)."""
+CONTROLS = {"antisymmetric": ("antisymmetric", False), "symmetric": ("symmetric", False),
+            "rotation": ("antisymmetric", True)}
+"""Each control: the part whose removal it is compared with, and whether its random parts are antisymmetric (a
+random rotation of the same norm) rather than random matrices of every kind."""
 
 
 def antisymmetric_share(M: np.ndarray) -> np.ndarray:
@@ -113,6 +127,16 @@ def subspace_null(read_q: np.ndarray, read_k: np.ndarray, basis: np.ndarray | No
     return shares
 
 
+def equal_norm_parts(k: int, norm: float, n: int, rng: np.random.Generator, antisymmetric: bool = False
+                     ) -> np.ndarray:
+    """n random k × k matrices [n, k, k], independent Gaussian entries (or their antisymmetric parts) rescaled to
+    Frobenius norm `norm` each: the control for taking a part of that norm out of a head's form."""
+    X = rng.standard_normal((n, k, k))
+    if antisymmetric:
+        X = (X - np.swapaxes(X, 1, 2)) / 2
+    return X * (norm / np.linalg.norm(X, axis=(1, 2)))[:, None, None]
+
+
 def masked_scores(S: np.ndarray, causal: bool) -> np.ndarray:
     """The scores with the keys a causal mask hides set to −inf (a copy)."""
     S = np.array(S, dtype=np.float64)
@@ -158,7 +182,7 @@ def frame_test(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, sizes: t
     """The observed shares, both nulls' shares and p-values for every frame size; each head's (attention on the
     current key, mean distance) with and without each part of its top-`n_components` form and without the
     antisymmetric part of the form of every other size; and, for heads with at least `control_mass` on the current
-    key, that attention without the antisymmetric part of random frames of either null."""
+    key, that attention without random parts of the norm of the antisymmetric and of the symmetric part."""
     causal = shape.family == "gpt2"
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
     z, gain, bias = position_inputs(tensors, shape)
@@ -177,12 +201,17 @@ def frame_test(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, sizes: t
         null = subspace_null(read_q, read_k, top_right_singular_vectors(P, m, center=True), (n_components,), n_frames,
                              rng)[n_components]
         p_values[f"subspace{m}", n_components] = empirical_p(null, observed[n_components])
+    inner = P[1:-1]  # the subspace null without the rows off the helix: both P's top k and its top subspace redone
+    inner_top = top_right_singular_vectors(inner, n_components)
+    observed_inner = np.array([antisymmetric_share(qk_form(W_Q[h], W_K[h], gain, inner_top))
+                               for h in range(shape.n_heads)])
+    null = subspace_null(read_q, read_k, top_right_singular_vectors(inner, subspace, center=True), (n_components,),
+                         n_frames, rng)[n_components]
+    p_values["subspace_inner", n_components] = empirical_p(null, observed_inner)
     # the intervention and its controls on the top n_components directions; the other sizes' antisymmetric parts
     queries = query_rows(shape.n_ctx, causal, min_query)
     distance = np.abs(queries[:, None] - np.arange(shape.n_ctx)[None, :])
     X = z * gain + bias
-    control_frames = {"whole": random_frames(P.shape[1], n_components, n_controls, rng),
-                      "subspace": own @ random_frames(subspace, n_components, n_controls, rng)}
     effects = []
     for head in range(shape.n_heads):
         S = masked_scores(head_scores(X, W_Q[head], b_Q[head], W_K[head], b_K[head]), causal)
@@ -193,12 +222,14 @@ def frame_test(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, sizes: t
                 if k == n_components or part == "antisymmetric":
                     stats[part, k] = current_key_mass(S - c @ take(M) @ c.T, queries, distance)
         if stats["with"][0] >= control_mass:
-            for name, frames in control_frames.items():
-                stats[f"random_{name}"] = np.array([
-                    current_key_mass(S - (z @ F) @ PARTS["antisymmetric"](qk_form(W_Q[head], W_K[head], gain, F))
-                                     @ (z @ F).T, queries) for F in frames])
+            M, c = qk_form(W_Q[head], W_K[head], gain, top[:, :n_components]), z @ top[:, :n_components]
+            for control, (part, antisymmetric) in CONTROLS.items():
+                randoms = equal_norm_parts(n_components, float(np.linalg.norm(PARTS[part](M))), n_controls, rng,
+                                           antisymmetric)
+                stats[f"random_{control}"] = np.array([current_key_mass(S - c @ R @ c.T, queries) for R in randoms])
         effects.append(stats)
-    return {"observed": observed, "nulls": nulls, "p": p_values, "effects": effects}
+    return {"observed": observed, "observed_inner": observed_inner, "nulls": nulls, "p": p_values,
+            "effects": effects}
 
 
 def _heads(flags) -> str:
@@ -216,7 +247,7 @@ def qk_rotation_null(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_
     """Each layer-0 head's antisymmetric share on P's top directions against random frames of the whole space and of
     P's own top `subspace` directions, for frames of `n_components` and of `other_sizes` directions, and against
     frames of `n_components` directions in P's top `other_subspaces`; the attention pattern with each part of the top
-    form, or the antisymmetric part of random frames, taken out."""
+    form, or a random part of the same norm, taken out."""
     H = shape.n_heads
     if n_frames < draws_for(H):
         raise ValueError(f"{n_frames} frames cannot meet Holm's smallest threshold over {H} heads "
@@ -232,7 +263,7 @@ def qk_rotation_null(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_
         "draws_needed": Number(draws_for(H), "d", "fewest draws whose floor 1/(1 + N) meets Holm's smallest threshold"),
         "holm_smallest": Number(FAMILYWISE_ALPHA / H, ".3g", "Holm's smallest threshold alpha / heads"),
         "subspace": Number(subspace, "d", "directions of the centred P's top subspace that the second null draws in"),
-        "n_controls": Number(n_controls, "d", "random frames of each null whose antisymmetric part is taken out"),
+        "n_controls": Number(n_controls, "d", "random parts of equal norm taken out, per part and head"),
         "seed": Number(seed, "d", "seed of the random frames"),
         "alpha": Number(FAMILYWISE_ALPHA, ".2f", "familywise error rate of Holm's procedure over the heads"),
         "n_heads": Number(H, "d", "heads tested"),
@@ -270,20 +301,28 @@ def qk_rotation_null(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_
             f"head{head}_mass_self": Number(mass, ".2f", f"head {head}: mean attention on the current key"),
             f"head{head}_distance": Number(distance, ".1f", f"head {head}: mean distance attended"),
         }
-        for part, tag in (("antisymmetric", "symmetric"), ("symmetric", "antisymmetric"), ("form", "no_form")):
+        for part, tag in (("antisymmetric", "symmetric"), ("symmetric", "antisymmetric"), ("form", "no_form"),
+                          ("isotropic", "no_isotropic"), ("anisotropic", "no_anisotropic")):
             part_mass, part_distance = e[part, k0]
             numbers[f"head{head}_mass_self_{tag}"] = Number(
                 part_mass, ".2f" if part_mass >= MIN_MASS else ".1g",
                 f"head {head}: mean attention on the current key, {part} part of the top form taken out")
             numbers[f"head{head}_distance_{tag}"] = Number(part_distance, ".1f",
                                                            f"head {head}: mean distance, {part} part taken out")
-        for name in NULLS:
-            if f"random_{name}" in e:
-                numbers[f"head{head}_mass_self_random_{name}"] = Number(
-                    float(e[f"random_{name}"].mean()), ".2f",
-                    f"head {head}: the same, antisymmetric part of random frames ({name} null) taken out, mean")
-                numbers[f"head{head}_mass_self_random_{name}_min"] = Number(
-                    float(e[f"random_{name}"].min()), ".2f", f"head {head}: the lowest of those")
+        for control, (part, antisymmetric) in CONTROLS.items():
+            if f"random_{control}" in e:
+                randoms, real = e[f"random_{control}"], e[part, k0][0]
+                tag = f"head{head}_random_{control}"
+                kind = "random antisymmetric part" if antisymmetric else "random part"
+                numbers |= {
+                    f"{tag}_mean": Number(float(randoms.mean()), ".2f", f"head {head}: current-key attention, a "
+                                          f"{kind} of the {part} part's norm taken out, mean over the draws"),
+                    f"{tag}_min": Number(float(randoms.min()), ".2g", f"head {head}: the lowest of those"),
+                    f"{tag}_max": Number(float(randoms.max()), ".2f", f"head {head}: the highest of those"),
+                    f"{tag}_percentile": Number(100 * float(np.mean(randoms <= real)), ".0f",
+                                                f"head {head}: percent of those random removals that leave no more "
+                                                f"than taking the {part} part out does"),
+                }
         for k in other_sizes:
             if mass >= MIN_MASS:  # a ratio of two near-zero masses fixes no digit
                 numbers[f"k{k}_head{head}_mass_self_ratio"] = Number(
@@ -307,6 +346,15 @@ def qk_rotation_null(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_
         flags = exceeds[f"subspace{m}", k0]
         numbers[f"subspace{m}_n_exceed"] = Number(sum(flags), "d", f"heads exceeding the null in P's top {m} (Holm)")
         numbers[f"subspace{m}_heads_exceed"] = Text(_heads(flags), f"those heads (P's top {m}, {k0} directions)")
+    inner_flags = exceeds["subspace_inner", k0]
+    numbers |= {
+        "inner_subspace_n_exceed": Number(sum(inner_flags), "d", f"heads exceeding the null in P's top {subspace} "
+                                          "with P's first and last row left out (Holm)"),
+        "inner_subspace_heads_exceed": Text(_heads(inner_flags), "those heads"),
+    }
+    for head in range(H):
+        numbers[f"inner_subspace_head{head}_p"] = Text(_p_text(p["subspace_inner", k0][head], n_frames),
+                                                      f"head {head}: p, P's subspace null without its first and last row")
     numbers["other_subspaces"] = Text(spoken_list(other_subspaces), "other sizes of P's subspace tried")
     verdicts = {m: any(exceeds[f"subspace{m}" if m != subspace else "subspace", k0])
                 for m in sorted((subspace, *other_subspaces))}
@@ -314,16 +362,17 @@ def qk_rotation_null(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_
                                         "sizes of P's subspace in which no head exceeds the null")
     numbers["subspaces_some_head"] = Text(spoken_list(m for m, some in verdicts.items() if some),
                                           "sizes of P's subspace in which some head exceeds the null")
+    part_columns = tuple(f"{part} part out" if part != "form" else "whole form out" for part in PARTS)
+    control_columns = tuple(f"random{', antisymmetric' if anti else ''}, {part} norm, out"
+                            for part, anti in CONTROLS.values())
     intervention = Table(
-        ("head", "current key", "antisymmetric part out", "symmetric part out", "whole form out",
-         "random frames out (whole space)", "random frames out (P's subspace)", "distance", "distance, antisymmetric out"),
+        ("head", "current key", *part_columns, *control_columns, "distance", "distance, antisymmetric out"),
         tuple((h, effects[h]["with"][0], *(effects[h][part, k0][0] for part in PARTS),
-               *(float(effects[h][f"random_{name}"].mean()) if f"random_{name}" in effects[h] else "—"
-                 for name in NULLS),
+               *(float(effects[h][f"random_{control}"].mean()) if f"random_{control}" in effects[h] else "—"
+                 for control in CONTROLS),
                effects[h]["with"][1], effects[h]["antisymmetric", k0][1]) for h in range(H)),
-        formats={"current key": ".3f", "antisymmetric part out": ".3f", "symmetric part out": ".3f",
-                 "whole form out": ".3f", "random frames out (whole space)": ".3f",
-                 "random frames out (P's subspace)": ".3f", "distance": ".1f", "distance, antisymmetric out": ".1f"})
+        formats={"current key": ".3f", **{c: ".3f" for c in part_columns + control_columns}, "distance": ".1f",
+                 "distance, antisymmetric out": ".1f"})
     return Result(numbers, {"heads": heads, "sizes": sizes_table, "subspaces": subspaces_table,
                             "intervention": intervention},
                   {"shares": observed[k0], "whole": nulls["whole"][k0], "subspace": nulls["subspace"][k0]})
@@ -333,6 +382,6 @@ register(
     "qk_rotation_null", "Layer-0 QK rotations against random frames, and without them", qk_rotation_null,
     needs=NEEDS, family_needs=FAMILY_NEEDS,
     params={"n_components": 3, "other_sizes": (2, 4, 6), "subspace": 30, "other_subspaces": (5, 10, 20, 50, 100),
-            "n_frames": 9999, "n_controls": 10,
+            "n_frames": 9999, "n_controls": 200,
             "control_mass": 0.2, "seed": 0, "min_query": 32},
 )

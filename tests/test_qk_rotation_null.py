@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 from scipy.stats import ks_2samp
 
-from analyses.qk_rotation_null import (antisymmetric_share, bartlett_wishart, current_key_mass, frame_null,
-                                       holm_thresholds, masked_scores, random_frames, subspace_null, undecided)
+from analyses.qk_rotation_null import (PARTS, antisymmetric_share, bartlett_wishart, current_key_mass,
+                                       equal_norm_parts, frame_null, holm_thresholds, masked_scores, random_frames,
+                                       subspace_null, undecided)
 from analyses.toolkit.attention import attention_pattern, head_statistics, query_rows
 from analyses.toolkit.pvalues import FAMILYWISE_ALPHA, draws_for
 
@@ -101,6 +102,33 @@ def test_a_rotation_of_every_position_direction_passes_the_whole_space_null_and_
         assert ((1 + np.sum(nulls["subspace"] >= observed - 1e-9)) / 1000 < 0.01) == passes_subspace
 
 
+def test_equal_norm_controls_have_the_norm_of_the_part_they_stand_in_for():
+    """Each random part has exactly the Frobenius norm of the rotation (or symmetric) part of a form, whatever its
+    entries; the antisymmetric kind is antisymmetric; the draws differ from one another."""
+    rng = np.random.default_rng(6)
+    M = rng.standard_normal((3, 3)) * np.array([5.0, 1.0, 0.2])
+    for part, antisymmetric in (("antisymmetric", False), ("symmetric", False), ("antisymmetric", True)):
+        norm = np.linalg.norm(PARTS[part](M))
+        R = equal_norm_parts(3, norm, 500, rng, antisymmetric)
+        assert np.linalg.norm(R, axis=(1, 2)) == pytest.approx(np.full(500, norm), rel=1e-12)
+        assert np.allclose(R, -np.swapaxes(R, 1, 2)) == antisymmetric
+        assert np.std(R[:, 0, 1]) > 0.1 * norm
+
+
+def test_the_isotropic_and_anisotropic_parts_add_up_to_the_symmetric_part():
+    """(tr M / k) I + the rest = (M + Mᵀ)/2; the isotropic part scores α c_i·c_j, largest on the diagonal (the query
+    itself) for rows of equal norm."""
+    rng = np.random.default_rng(7)
+    M = rng.standard_normal((3, 3))
+    assert PARTS["isotropic"](M) + PARTS["anisotropic"](M) == pytest.approx(PARTS["symmetric"](M))
+    assert np.trace(PARTS["anisotropic"](M)) == pytest.approx(0.0, abs=1e-12)
+    c = rng.standard_normal((20, 3))
+    c /= np.linalg.norm(c, axis=1, keepdims=True)
+    scores = c @ PARTS["isotropic"](M) @ c.T
+    assert scores == pytest.approx(np.trace(M) / 3 * c @ c.T)
+    assert (np.argmax(scores * np.sign(np.trace(M)), axis=1) == np.arange(20)).all()
+
+
 def test_holm_thresholds_and_undecided_heads():
     """Thresholds α/m, α/(m − 1), … in the order of the p-values; a p within Monte Carlo error of its threshold is
     undecided, one far from it is not."""
@@ -167,8 +195,9 @@ def test_the_chapter_readings_hold_in_the_cached_numbers():
     """The chapters read: against the whole stream the current-token heads exceed their null and head 8 sits on its
     threshold; inside P's subspace no head does at three directions (so the rotation is not the helix plane's in
     particular); the other sizes flag every head but the last against the whole stream, the first-position head
-    included, and at most one head inside P's subspace; taking out either part of the form, or the whole form, cuts
-    the current-key attention of the current-token heads, random frames do not."""
+    included, and at most one head inside P's subspace (none without P's first and last row); taking out either part
+    of the form cuts the current-key attention of the current-token heads; the symmetric part's removal lies below
+    every random part of equal norm and rests on its isotropic part; the rotation's at the low edge of its own."""
     numbers = cached("gpt2", "qk_rotation_null")
     classes = cached("gpt2", "positional_attention")
     current = [int(h) for h in heads(classes["heads_current_token"])]
@@ -182,12 +211,20 @@ def test_the_chapter_readings_hold_in_the_cached_numbers():
         assert classes["heads_first_position"] in heads(numbers[f"k{k}_heads_exceed"])
         assert numbers[f"k{k}_subspace_n_exceed"] <= 1
     assert numbers["k2_subspace_heads_exceed"] in heads(classes["heads_local_window"])
+    assert numbers["inner_subspace_n_exceed"] == 0 and numbers["subspaces_no_head"].startswith("5, 10, 20, 30 and 50")
     for head in current:
         with_all = numbers[f"head{head}_mass_self"]
         for part in ("symmetric", "antisymmetric", "no_form"):  # the key names what is left; each is a cut
             assert numbers[f"head{head}_mass_self_{part}"] < 0.5 * with_all
-        for name in ("whole", "subspace"):
-            assert numbers[f"head{head}_mass_self_random_{name}_min"] > 0.95 * with_all
+        # the symmetric part's removal lies below every random part of its norm; the isotropic part carries it
+        assert numbers[f"head{head}_random_symmetric_percentile"] == 0
+        assert numbers[f"head{head}_mass_self_antisymmetric"] < numbers[f"head{head}_random_symmetric_min"]
+        assert numbers[f"head{head}_mass_self_no_isotropic"] < 0.05 * with_all
+        assert numbers[f"head{head}_mass_self_no_anisotropic"] > 0.9 * with_all
+        # the rotation's removal sits at the low edge of random parts of its norm, of either kind
+        for control in ("antisymmetric", "rotation"):
+            assert numbers[f"head{head}_random_{control}_percentile"] <= 10
+            assert numbers[f"head{head}_mass_self_symmetric"] < numbers[f"head{head}_random_{control}_mean"]
         assert numbers[f"head{head}_distance_symmetric"] > 2 * numbers[f"head{head}_distance"]
         for k in sizes:
             assert numbers[f"k{k}_head{head}_mass_self_ratio"] < 0.5
@@ -208,18 +245,26 @@ def test_the_old_wording_and_the_old_null_do_not_come_back():
         assert "The rotation is a large part of what makes these heads current-token heads" not in text
         assert "Attention rotates the helix" not in text
         assert "for the local-window heads the verdict changes with the size" not in text
+        for withdrawn in ("reads position by rotating it", "changes nothing", "too weak at those sizes",
+                          "too weak a baseline", "read the helix largely by rotating it", "both parts are needed",
+                          "head3_mass_self_random_whole", "head3_mass_self_random_subspace"):
+            assert withdrawn not in text
         if "qk_rotation_null.head3_null_q95" in text:
             assert "qk_rotation_null.subspace_head3_null_q95" in text or "subspace_head3_p" in text
+    assert "not the helix plane in particular" in chapter
+    assert "as it reads any position direction" in abstract
     for text in (chapter, abstract):
-        assert "not the helix plane in particular" in text or "not the helix in particular" in text
-        assert "both parts are needed" in text
+        assert "rests on the symmetric" in text
         assert "qk_rotation_null.head3_mass_self_antisymmetric" in text
+        assert "qk_rotation_null.head3_random_antisymmetric_mean" in text
     assert "qk_rotation_null.heads_undecided" in chapter and "qk_rotation_null.head8_p" in chapter
     for k in (2, 4, 6):
-        assert f"qk_rotation_null.k{k}_n_exceed" in appendix and f"qk_rotation_null.k{k}_subspace_n_exceed" in appendix
+        assert f"qk_rotation_null.k{k}_n_exceed" in appendix
+        assert f"qk_rotation_null.k{k}_subspace_{'heads' if k == 2 else 'n'}_exceed" in appendix
     assert "qk_rotation_null.subspace_n_exceed" in appendix and "qk_rotation_null.subspace_n_exceed" in chapter
-    assert "symmetric first-position head" in chapter and "symmetric first-position head" in appendix
-    assert "qk_rotation_null.head3_mass_self_random_subspace" in chapter
+    assert "symmetric first-position head" in appendix
+    assert "qk_rotation_null.head3_mass_self_no_isotropic" in chapter
+    assert "qk_rotation_null.inner_subspace_n_exceed" in chapter
 
 
 def test_the_subspace_null_holds_over_the_sizes_the_chapter_names():

@@ -385,3 +385,14 @@ def test_the_trained_tables_against_every_gpt2_window_of_their_length():
                 assert grid[f"{key}_pair_ratio"] < ratios.min()
     slope = np.polyfit(np.log([128, 256, 512]), np.log(means), 1)[0]
     assert windows["pair_ratio_slope"] == pytest.approx(slope, abs=1e-6)
+
+
+def test_no_chapter_reads_the_helix_as_read_by_rotating_it():
+    """The referee withdrew the rotation reading: the position heads' current-token attention rests on the symmetric
+    part, and random frames' antisymmetric parts (about 1e-4 of the rotation's norm) controlled nothing. None of the
+    withdrawn wordings may come back in any chapter."""
+    text = chapters()
+    for withdrawn in ("reads position by rotating it", "read the helix largely by rotating it",
+                      "read the helix by rotating it", "changes nothing", "too weak at those sizes",
+                      "too weak a baseline to speak of rotation"):
+        assert withdrawn not in text, withdrawn
