@@ -34,8 +34,10 @@ from collections.abc import Mapping
 import numpy as np
 
 from analyses.toolkit import plotting
-from analyses.toolkit.helix_period import (EDGE, ON_HELIX_SHARE, ON_HELIX_SHARES, bulk_edge, bulk_phase_increments,
-                                           helix_period, helix_winding, principal_coordinates)
+from analyses.toolkit.helix_period import (CHORDS, EDGE, ON_HELIX_SHARE, ON_HELIX_SHARES, WINDOW_FACTORS, bulk_edge,
+                                           bulk_phase_increments, helix_period, helix_winding, local_centres,
+                                           on_helix_shares, principal_coordinates, tangent_period, turns_over_rules)
+from analyses.toolkit.linalg import top_right_singular_vectors
 from analyses.toolkit.linalg import explained_variance_ratio
 from analyses.toolkit.sinusoids import fit_sinusoid
 from analyses.engine.registry import register
@@ -160,11 +162,20 @@ def _count(P: np.ndarray, edge: int, untrained_rows: int) -> tuple[dict, Table]:
     table = Table(("from", "to", "on the helix", "turns", "median share in the plane"), rows,
                   formats={"turns": ".2f", "median share in the plane": ".2f"})
     low, high = whole.ranges["turns"]
+    rules = turns_over_rules(P, whole.window, edge)
     numbers = {
         "turns_total": Number(whole.turns, ".2f", "turns of (z1, z2) around the helix's axis from the first row on "
                                                  "the helix to the last"),
         "turns_total_low": Number(low, ".2f", "the same: smallest over the axis's definitions and the rule's thresholds"),
         "turns_total_high": Number(high, ".2f", "the same: largest over the axis's definitions and the rule's thresholds"),
+        **{f"turns_rules_{side}": (Number(value, ".1f", f"the same: {side}est over the rule's plane, window, end "
+                                                        "treatment and threshold (`turns_over_rules`)")
+                                   if np.isfinite(value) else Text("no helix", "no variant of the rule finds a helix"))
+           for side, value in (("low", np.nanmin(rules) if np.isfinite(rules).any() else np.nan),
+                               ("high", np.nanmax(rules) if np.isfinite(rules).any() else np.nan))},
+        "helix_rows": Number(int(np.count_nonzero(whole.shares[whole.first:whole.last + 1] > ON_HELIX_SHARE)), "d",
+                             "rows from the first on the helix to the last that pass the rule"),
+        "helix_span": Number(whole.last - whole.first + 1, "d", "rows from the first on the helix to the last"),
         "helix_rule_share": Number(ON_HELIX_SHARE, ".0%", "share of a row's offset from the axis in the plane above "
                                                          "which the row is on the helix"),
         "helix_rule_low": Number(ON_HELIX_SHARES[0], ".0%", "smallest threshold of the rule tried"),
@@ -223,6 +234,26 @@ def _turning(P: np.ndarray, Z: np.ndarray, edge: int, untrained_rows: int, perio
     def per_turn(value):  # tokens per turn: whole tokens, a decimal for the few that a fast helix takes
         return ".0f" if value >= 20 else ".1f"
 
+    # The end of the trained rows: the radius at the last trained row around a one-turn axis (each window, the ends
+    # clamped as the default axis, or truncated), and the turning rate by the chords' direction, which needs no axis
+    last = len(trained) - 1
+    Zt = principal_coordinates(trained, 2)
+    windows = [int(min(max(round(f * winding.window), 3), len(trained))) for f in (WINDOW_FACTORS[0], 1.0, WINDOW_FACTORS[1])]
+    end_radius = {ends: [float(np.hypot(*(Zt[last] - local_centres(Zt, w, ends=ends)[last]))) for w in windows]
+                  for ends in ("clamped", "truncated")}
+    offsets = Zt - local_centres(Zt, winding.window)  # the bulk's sense of turning in the plane's own orientation
+    raw = np.unwrap(np.arctan2(offsets[:, 1], offsets[:, 0]))
+    sense = float(np.sign(raw[last - edge] - raw[edge]) or 1.0)
+    tangent_end = [tangent_period(Zt, last - span, last, chord, sense) for chord in CHORDS for span in (edge // 2, edge)
+                   if chord < span]
+    tangent_bulk = [tangent_period(Zt, edge, last - edge, chord, sense) for chord in CHORDS]
+    three = top_right_singular_vectors(trained, 3, center=True)
+    shares3 = on_helix_shares(trained, winding.window, U=three)
+    halves = local_periods(increments, 2)
+
+    def tokens_cite(key, value, what):
+        return {key: Number(value, per_turn(value), what) if np.isfinite(value) else Text("no turn", f"{what}: none")}
+
     numbers = {
         "untrained_rows": Number(untrained_rows, "d", "rows left out at the end as untrained"),
         "winding_window": Number(winding.window, "d", "rows over which each local centre of the axis is averaged"),
@@ -246,6 +277,33 @@ def _turning(P: np.ndarray, Z: np.ndarray, edge: int, untrained_rows: int, perio
                  "tokens per turn around the axis over the first `edge` rows"),
         **ranged("period_last_edge", winding.end, *winding.ranges["end"], per_turn(winding.end),
                  "tokens per turn around the axis over the last `edge` trained rows"),
+        "period_half_first": Number(float(halves[0]), tokens, "tokens per turn over the first half of the bulk"),
+        "period_half_second": Number(float(halves[1]), tokens, "tokens per turn over the second half of the bulk"),
+        "end_row": Number(last, "d", "last trained row"),
+        "radius_end": Number(end_radius["clamped"][1], ".2f",
+                             "distance from the default (one-turn, clamped) axis at the last trained row"),
+        "radius_end_low": Number(min(end_radius["clamped"]), ".1f",
+                                 "the same: smallest over the axis's window (clamped at the end)"),
+        "radius_end_high": Number(max(end_radius["clamped"]), ".1f",
+                                  "the same: largest over the axis's window (clamped at the end)"),
+        "radius_end_truncated_low": Number(min(end_radius["truncated"]), ".1f",
+                                           "the same with the window truncated at the end: smallest over the window"),
+        "radius_end_truncated_high": Number(max(end_radius["truncated"]), ".1f",
+                                            "the same with the window truncated at the end: largest over the window"),
+        "chord_short": Number(CHORDS[0], "d", "rows spanned by the shorter chord of the tangent direction"),
+        "chord_long": Number(CHORDS[-1], "d", "rows spanned by the longer chord of the tangent direction"),
+        **tokens_cite("tangent_period_end_low", min(tangent_end),
+                      "tokens per turn of the chords' direction over the last edge/2 or edge trained rows: smallest"),
+        **tokens_cite("tangent_period_end_high", max(tangent_end),
+                      "tokens per turn of the chords' direction over the last edge/2 or edge trained rows: largest"),
+        **tokens_cite("tangent_period_bulk_low", min(tangent_bulk),
+                      "tokens per turn of the chords' direction over the bulk: smallest over the chords"),
+        **tokens_cite("tangent_period_bulk_high", max(tangent_bulk),
+                      "tokens per turn of the chords' direction over the bulk: largest over the chords"),
+        "share3_first": Number(float(shares3[1]), ".0%", "share of row 1's offset from the axis in the span of the "
+                                                         "top three principal axes"),
+        "share3_last": Number(float(shares3[last]), ".0%", "share of the last trained row's offset from the axis in "
+                                                           "the span of the top three principal axes"),
         "step_start_full": Number(start_over_bulk(full_steps), ".2f",
                                   "median step over rows 1 … edge / the bulk's, in the full space"),
         "step_start_plane": Number(start_over_bulk(plane_steps), ".2f",

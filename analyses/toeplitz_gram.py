@@ -41,7 +41,7 @@ from analyses.toolkit.gram import circulant_share, diagonal_sums, toeplitz_part,
 from analyses.toolkit.sinusoids import fit_sinusoid, sinusoidal_table
 from analyses.toolkit.surrogates import phase_randomise, phase_randomiser, random_walks
 from analyses.engine.registry import register
-from analyses.engine.results import FITTED, Number, Result, Table
+from analyses.engine.results import COUNT_SHARE, FITTED, Number, Result, Table
 from analyses.engine.sources import ModelShape
 
 
@@ -171,6 +171,13 @@ def toeplitz_gram(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_dra
                                                "shared-phase surrogates: largest 1 − τ over the draws"),
         "shared_at_or_above": Number(int(np.count_nonzero(shared >= observed["toeplitz_share"])), "d",
                                      "shared-phase draws whose τ is at least P's"),
+        "shared_p": Number((1 + np.count_nonzero(shared >= observed["toeplitz_share"])) / (1 + n_shared), ".3f",
+                           "Monte Carlo p of P's τ above the shared-phase draws, (1 + #{τ ≥ P's}) / (1 + N)",
+                           COUNT_SHARE),
+        "shared_nontoeplitz_share_q025": Number(float(np.percentile(1 - shared, 2.5)), ".0%",
+                                                "shared-phase surrogates: 2.5th percentile of 1 − τ"),
+        "shared_nontoeplitz_share_q975": Number(float(np.percentile(1 - shared, 97.5)), ".0%",
+                                                "shared-phase surrogates: 97.5th percentile of 1 − τ"),
         "toeplitz_share_3f": Number(observed["toeplitz_share"], ".3f", "Toeplitz share τ of the Gram matrix"),
         "shared_toeplitz_share_z": Number(float((observed["toeplitz_share"] - shared.mean()) / shared.std(ddof=1)),
                                           ".1f", "(τ of P − mean τ of the shared-phase draws) / their sd"),

@@ -36,6 +36,16 @@ def test_planted_helix_is_recovered():
     assert (numbers["helix_first"].value, numbers["helix_last"].value) == (0, 999)  # every row lies on the helix
     assert numbers["turns_total"].value == pytest.approx(999 / 200, rel=5e-3)
     assert numbers["turns_total_low"].value <= numbers["turns_total"].value <= numbers["turns_total_high"].value
+    # a clean helix: every variant of the rule counts the same turns, and the end turns as fast and as wide as the bulk
+    # a window truncated at the ends moves the axis there, by a fraction of a turn
+    assert numbers["turns_rules_low"].value <= 999 / 200 <= numbers["turns_rules_high"].value
+    assert numbers["turns_rules_high"].value - numbers["turns_rules_low"].value < 0.3
+    assert (numbers["helix_rows"].value, numbers["helix_span"].value) == (1000, 1000)
+    assert numbers["radius_end"].value == pytest.approx(3.0, rel=2e-2)
+    for key in ("tangent_period_end_low", "tangent_period_end_high"):  # 15 to 45 short chords of a noisy helix
+        assert numbers[key].value == pytest.approx(200.0, rel=6e-2), key
+    assert numbers["tangent_period_bulk_low"].value == pytest.approx(200.0, rel=5e-3)
+    assert numbers["period_half_first"].value == pytest.approx(200.0, rel=5e-3)
     assert numbers["period"].value == pytest.approx(200.0, rel=5e-3)
     assert numbers["radius_bulk"].value == pytest.approx(3.0, rel=1e-2)
     assert numbers["pitch_bulk"].value == pytest.approx(0.004 * 200, rel=2e-2)

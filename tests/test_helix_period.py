@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from analyses.toolkit.helix_period import (axis_phase, helix_period, helix_winding, local_centres, on_helix_shares,
-                                           on_helix_stretch, turn_length)
+                                           on_helix_stretch, tangent_period, turn_length, turns_over_rules)
 
 
 def circle(n: int, period: float, radius: float = 2.0, centre=(0.0, 0.0), drift=(0.0, 0.0)) -> np.ndarray:
@@ -200,3 +200,86 @@ def test_gpt2_headline_count_recomputed_from_the_raw_table():
     assert (first, last) == (int(cited["helix_first"]), int(cited["helix_last"]))
     assert f"{turns:.2f}" == cited["turns_total"]
     assert 1.5 < turns < 2.0 < 2.95  # about two turns, not the 2.95 counted from row 0
+
+
+def test_tangent_period_and_truncated_centres_in_closed_form():
+    """A circle of period 100: its chords turn once per 100 rows whatever their length, either way round (the sign
+    given), with no axis; a truncated window averages only the rows inside the table."""
+    Z = circle(400, 100.0, centre=(5.0, -3.0))
+    for chord in (1, 5, 10):
+        assert tangent_period(Z, 50, 350, chord) == pytest.approx(100.0, rel=1e-9)
+        assert tangent_period(Z[:, ::-1], 50, 350, chord, -1.0) == pytest.approx(100.0, rel=1e-9)
+    assert tangent_period(Z[:, ::-1], 50, 350, 5) == float("inf")
+    X = np.arange(10.0)[:, None]
+    assert local_centres(X, 4, ends="truncated")[:, 0] == pytest.approx([0.5, 1, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8])
+    assert local_centres(X, 4)[:, 0] == pytest.approx([1.5, 1.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 7.5])
+    with pytest.raises(ValueError):
+        local_centres(circle(50, 10.0), 10, "circle", ends="truncated")
+
+
+def test_turns_over_rules_count_a_clean_helix_the_same_and_nothing_without_one():
+    rng = np.random.default_rng(0)
+    t = np.arange(800)
+    Q, _ = np.linalg.qr(rng.standard_normal((24, 3)))
+    P = np.column_stack([2 * np.cos(2 * np.pi * t / 200), 2 * np.sin(2 * np.pi * t / 200), 0.002 * t]) @ Q.T
+    counts = turns_over_rules(P, 200, 100)
+    whole_turn = counts.reshape(3, 2, 9)[1, 0]  # window × ends × (plane, threshold): one turn, the ends clamped
+    assert len(counts) == 54 and whole_turn == pytest.approx(np.full(9, 799 / 200), rel=1e-3)
+    # other windows, or a window truncated at the ends, move the axis off the circle's centre: a fraction of a turn
+    assert counts.min() <= 799 / 200 + 0.01 and counts.max() - counts.min() < 0.3
+    from analyses.toolkit.sinusoids import sinusoidal_table
+    assert np.isnan(turns_over_rules(sinusoidal_table(512, 64, 10000.0), 128, 64)).all()
+
+
+@pytest.mark.skipif(not GPT2, reason="needs GPT-2's weights (GPT2_WEIGHTS unset)")
+def test_gpt2_end_of_the_table_recomputed_from_the_raw_table():
+    """Other code: the cited end rate by the chords' direction (SVD of the trained rows, chords of 5 and 10 rows over the
+    last 50 and 100), twice the bulk's; the end's radius around a clamped one-turn axis well below the bulk's; the
+    count's range over the rule's plane, window, end treatment and threshold by plain loops."""
+    from pathlib import Path
+
+    import yaml
+    from safetensors.numpy import load_file
+
+    cited = yaml.safe_load((Path(__file__).resolve().parents[1] / "_variables.yml").read_text())["gpt2"]["helix"]
+    P = np.asarray(load_file(os.path.join(GPT2, "model.safetensors"))["wpe.weight"], dtype=np.float64)
+    T = P[:-1] - P[:-1].mean(axis=0)
+    Z = T @ np.linalg.svd(T, full_matrices=False)[2][:2].T
+    last = len(Z) - 1
+
+    def chord_rate(a, b, k):  # tokens per turn of the chord z(n + k) − z(n), n = a … b − k, signed by the bulk
+        d = Z[k:] - Z[:-k]
+        phi = np.unwrap(np.arctan2(d[:, 1], d[:, 0]))
+        sense = np.sign(phi[last - 100 - k] - phi[100])
+        return 2 * np.pi * (b - k - a) / (sense * (phi[b - k] - phi[a]))
+
+    end = [chord_rate(last - span, last, k) for k in (5, 10) for span in (50, 100)]
+    bulk = [chord_rate(100, last - 100, k) for k in (5, 10)]
+    assert (f"{min(end):.0f}", f"{max(end):.0f}") == (cited["tangent_period_end_low"], cited["tangent_period_end_high"])
+    assert (f"{min(bulk):.0f}", f"{max(bulk):.0f}") == (cited["tangent_period_bulk_low"],
+                                                         cited["tangent_period_bulk_high"])
+    assert 1.7 < min(bulk) / max(end) and max(bulk) / min(end) < 2.5  # about twice as fast
+    window = int(cited["winding_window"])
+    radii = []
+    for w in (round(0.75 * window), window, round(1.25 * window)):
+        radii.append(np.linalg.norm(Z[last] - Z[len(Z) - w:].mean(axis=0)))  # clamped: the last w rows' mean
+    assert (f"{min(radii):.1f}", f"{max(radii):.1f}") == (cited["radius_end_low"], cited["radius_end_high"])
+    assert max(radii) < 0.6 * float(cited["radius_bulk"])
+    X, n, counts = P - P.mean(axis=0), len(P), []
+    for rows in (slice(0, n), slice(1, n - 1), slice(100, n - 100)):
+        Y = P[rows] - P[rows].mean(axis=0)
+        plane = np.linalg.svd(Y, full_matrices=False)[2][:2].T
+        for w in (round(0.75 * window), window, round(1.25 * window)):
+            for truncated in (False, True):
+                axis = np.empty_like(X)
+                for i in range(n):
+                    a = max(i - w // 2, 0) if truncated else min(max(i - w // 2, 0), n - w)
+                    axis[i] = X[a:(min(i - w // 2 + w, n) if truncated else a + w)].mean(axis=0)
+                off = X - axis
+                share = np.sum((off @ plane) ** 2, axis=1) / np.sum(off ** 2, axis=1)
+                d = off @ plane
+                angle = np.unwrap(np.arctan2(d[:, 1], d[:, 0]))
+                for threshold in (0.4, 0.5, 0.6):
+                    on = np.flatnonzero(share > threshold)
+                    counts.append(abs(angle[on[-1]] - angle[on[0]]) / (2 * np.pi))
+    assert (f"{min(counts):.1f}", f"{max(counts):.1f}") == (cited["turns_rules_low"], cited["turns_rules_high"])

@@ -141,11 +141,16 @@ def test_the_headline_is_the_period_and_every_turn_count_is_the_one_over_the_row
     assert "gpt2.helix.cycles_in_context" in index
     for stale in ("helix of about {{< var gpt2.helix.turns_total >}} turns", "narrows and turns faster",
                   "and faster over the last positions", "from the first row to the last;",
-                  "over its {{< var gpt1.model.n_ctx >}} positions they turn"):
+                  "over its {{< var gpt1.model.n_ctx >}} positions they turn", "the rows lie off the helix, as the first",
+                  "rate of a residual angle", "first and the last rows lie off it", "the last positions, which stay close",
+                  "as the axis and the rule's threshold vary"):
         assert stale not in text, stale
     for match in re.finditer(r"\{\{< var gpt2\.helix\.turns_total >\}\}", text):
         nearby = text[max(0, match.start() - 400):match.end() + 400]
         assert ("helix_first" in nearby and "helix_last" in nearby) or "rows on the helix" in nearby, nearby
+        assert "turns_rules_low" in nearby or "rows on the helix" in nearby, nearby  # the rule's range beside it
+    # GPT-1: most rows between its first and last passing rows fail the rule, as the claims row says
+    assert int(cited("gpt1.helix.helix_rows")) < int(cited("gpt1.helix.helix_span")) / 2
     assert cited("gpt2.helix.turns_total") == cited("gpt2.position_profile.all_turns")  # one count per table
 
 
@@ -162,11 +167,17 @@ def test_every_reading_of_the_off_toeplitz_share_stands_beside_the_shift_invaria
         after = text[match.end():match.end() + 80]
         assert "absolute position" not in after.split(".")[0] or "cannot" in after, after
     for stale in ("of its energy that depends on absolute position", "nontoeplitz_share >}} depends on absolute",
-                  "the part of $G$ that depends on absolute position."):
+                  "the part of $G$ that depends on absolute position.", "consistent with a shift-invariant process",
+                  "nontoeplitz_share >}}, is no more than", "no more than a shift-invariant process", "within {{< var gpt2.toeplitz_gram",
+                  "shared_nontoeplitz_share_min >}} to"):
         assert stale not in text, stale
-    low = float(cited("gpt2.toeplitz_gram.shared_nontoeplitz_share_min").rstrip("%"))
-    assert float(cited("gpt2.toeplitz_gram.nontoeplitz_share").rstrip("%")) <= float(
-        cited("gpt2.toeplitz_gram.shared_nontoeplitz_share_max").rstrip("%")) and low < 30
+    # P's τ lies above the null: its 1 − τ below the null's central 95 %, and the cited p is (1 + count) / (1 + N)
+    assert float(cited("gpt2.toeplitz_gram.nontoeplitz_share").rstrip("%")) < float(
+        cited("gpt2.toeplitz_gram.shared_nontoeplitz_share_q025").rstrip("%"))
+    count, draws = int(cited("gpt2.toeplitz_gram.shared_at_or_above")), int(
+        cited("gpt2.toeplitz_gram.n_shared").replace(",", ""))
+    assert cited("gpt2.toeplitz_gram.shared_p") == f"{(1 + count) / (1 + draws):.3f}"
+    assert "more offset-like than" in text
 
 
 

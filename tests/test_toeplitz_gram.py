@@ -125,3 +125,6 @@ def test_toeplitz_gram_cites_the_shift_invariant_null_beside_tau():
     low, high = n["shared_nontoeplitz_share_min"].value, n["shared_nontoeplitz_share_max"].value
     assert 0 <= low <= 1 - n["shared_toeplitz_share_mean"].value <= high <= 1
     assert n["n_shared"].value == 30 and 0 <= n["shared_at_or_above"].value <= 30
+    assert n["shared_p"].value == (1 + n["shared_at_or_above"].value) / 31
+    q025, q975 = n["shared_nontoeplitz_share_q025"].value, n["shared_nontoeplitz_share_q975"].value
+    assert low <= q025 <= q975 <= high and q025 < high and q975 > low

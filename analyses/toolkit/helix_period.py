@@ -11,6 +11,9 @@ The whole-table turn count runs only over the rows that lie on the helix (`on_he
 of its offset from the axis, in the full space, lies in the (z1, z2) plane the angle is measured in. Elsewhere (GPT-2's
 first rows and its last rows alike) the angle is that of a small residual of a row that lies off the plane, and
 counts no winding of the helix. The count runs from the first such row to the last, the same rule at both ends.
+`turns_over_rules` gives the count's range over the rule itself (the plane, the axis's window, how the window meets
+the ends of the table, the threshold). `tangent_period` measures a stretch's rate with no axis at all: the direction
+of the chord z(n + k) − z(n) turns once per turn of the helix.
 """
 
 from __future__ import annotations
@@ -44,6 +47,13 @@ ON_HELIX_SHARE = 0.5
 ON_HELIX_SHARES = (0.4, 0.5, 0.6)
 """The thresholds `helix_winding` tries for the rule, beside the axis's definitions, for the count's range."""
 
+ENDS = ("clamped", "truncated")
+"""How a window of rows centred on a row meets the ends of the table: moved inside it ("clamped": the end's own
+window) or cut at it ("truncated": the rows that exist)."""
+
+CHORDS = (5, 10)
+"""Rows spanned by the chords whose direction `tangent_period` follows (one step is mostly noise)."""
+
 
 def bulk_edge(n_positions: int, edge: int = EDGE) -> int:
     """The edge a context of `n_positions` uses: `edge`, or a quarter of the context where that is less, so that the
@@ -56,16 +66,23 @@ def _window_starts(n: int, window: int) -> np.ndarray:
     return np.clip(np.arange(n) - window // 2, 0, n - window)
 
 
-def local_centres(Z: np.ndarray, window: int, method: str = "mean") -> np.ndarray:
-    """The helix axis at each row of Z (n × 2): the mean of Z over the `window` rows centred on the row ("mean"), or
-    the centre of the least-squares circle through them ("circle"); rows near an end use the end's window."""
+def local_centres(Z: np.ndarray, window: int, method: str = "mean", ends: str = "clamped") -> np.ndarray:
+    """The helix axis at each row of Z (n × d): the mean of Z over the `window` rows centred on the row ("mean"), or
+    the centre of the least-squares circle through them ("circle", 2-D); rows near an end use the end's window
+    (`ends` "clamped") or the part of their own window inside the table ("truncated", means only)."""
     Z = np.asarray(Z, dtype=np.float64)
     n = len(Z)
     if not 3 <= window <= n:
         raise ValueError(f"need 3 <= window <= {n}, got {window}")
+    if ends not in ENDS or (ends == "truncated" and method != "mean"):
+        raise ValueError(f"unknown end treatment {ends!r} for centres by {method!r}")
     starts = _window_starts(n, window)
     if method == "mean":
         cumulative = np.vstack([np.zeros(Z.shape[1]), np.cumsum(Z, axis=0)])
+        if ends == "truncated":
+            low = np.clip(np.arange(n) - window // 2, 0, n)
+            high = np.clip(np.arange(n) - window // 2 + window, 0, n)
+            return (cumulative[high] - cumulative[low]) / (high - low)[:, None]
         return ((cumulative[window:] - cumulative[:-window]) / window)[starts]
     if method != "circle":
         raise ValueError(f"unknown centre method {method!r}")
@@ -95,14 +112,15 @@ def axis_phase(Z: np.ndarray, window: int, method: str = "mean") -> tuple[np.nda
     return theta * (1.0 if theta[-1] >= 0 else -1.0), np.hypot(d[:, 0], d[:, 1])
 
 
-def on_helix_shares(P: np.ndarray, window: int) -> np.ndarray:
+def on_helix_shares(P: np.ndarray, window: int, ends: str = "clamped", U: np.ndarray | None = None) -> np.ndarray:
     """s_n = ‖(x_n − c_n) U‖² / ‖x_n − c_n‖² for each row: the share of the centred row x_n's offset from the local axis
-    c_n (the mean of x over the `window` rows centred on n, as `local_centres`) that lies in the plane of the top two
-    principal axes U, the plane the angle is measured in (1 on a planar circle; small for a row off the plane)."""
+    c_n (the mean of x over the `window` rows centred on n, as `local_centres` with `ends`) that lies in the span of
+    U, by default the plane of the top two principal axes, the plane the angle is measured in (1 on a planar circle;
+    small for a row off the plane)."""
     P = np.asarray(P, dtype=np.float64)
     X = P - P.mean(axis=0)
-    offsets = X - local_centres(X, window)
-    in_plane = offsets @ top_right_singular_vectors(P, 2, center=True)
+    offsets = X - local_centres(X, window, ends=ends)
+    in_plane = offsets @ (top_right_singular_vectors(P, 2, center=True) if U is None else U)
     total = np.sum(offsets * offsets, axis=1)
     return np.divide(np.sum(in_plane * in_plane, axis=1), total, out=np.zeros(len(X)), where=total > 0)
 
@@ -216,3 +234,42 @@ def helix_winding(P: np.ndarray, *, edge: int = EDGE, n_trained: int | None = No
     ranges = {k: (float(np.nanmin(column)), float(np.nanmax(column))) if not np.isnan(column).all()
               else (float("nan"), float("nan")) for k, column in zip(keys, variants.T)}
     return Winding(n, edge, window, theta, radius, shares, *(stretch or (None, None)), *numbers(theta), ranges)
+
+
+def turns_over_rules(P: np.ndarray, window: int, edge: int) -> np.ndarray:
+    """The whole-table turn count under every variant of its rule: the plane (top two principal axes of all rows, of
+    rows 1 … n − 2, of the bulk edge … n − edge − 1) × the axis's window (WINDOW_FACTORS and 1, times `window`) × how
+    the window meets the table's ends (ENDS) × the threshold (ON_HELIX_SHARES). Each variant measures the angle around
+    its own axis in its own plane and counts it from its first row on the helix to its last (NaN: no such rows)."""
+    P = np.asarray(P, dtype=np.float64)
+    n = len(P)
+    X = P - P.mean(axis=0)
+    planes = [top_right_singular_vectors(P[rows], 2, center=True)
+              for rows in (slice(0, n), slice(1, n - 1), slice(edge, n - edge))]
+    counts = []
+    for factor in (WINDOW_FACTORS[0], 1.0, WINDOW_FACTORS[1]):
+        w = int(min(max(round(factor * window), 3), n))
+        for ends in ENDS:
+            offsets = X - local_centres(X, w, ends=ends)
+            total = np.sum(offsets * offsets, axis=1)
+            for U in planes:
+                in_plane = offsets @ U  # the offset from the axis in the plane: what the angle is measured from
+                shares = np.divide(np.sum(in_plane * in_plane, axis=1), total, out=np.zeros(n), where=total > 0)
+                theta = np.unwrap(np.arctan2(in_plane[:, 1], in_plane[:, 0]))
+                for threshold in ON_HELIX_SHARES:
+                    stretch = on_helix_stretch(shares, threshold)
+                    counts.append(float("nan") if stretch is None
+                                  else abs(theta[stretch[1]] - theta[stretch[0]]) / (2 * np.pi))
+    return np.array(counts)
+
+
+def tangent_period(Z: np.ndarray, first: int, last: int, chord: int, direction: float = 1.0) -> float:
+    """Tokens per turn of the direction of the chord z(n + chord) − z(n) in the (z1, z2) plane, over the chords from
+    n = first to n = last − chord (rows first … last): 2π (last − chord − first) / Δφ, Δφ the unwrapped change of its
+    angle signed by `direction` (the bulk's sense of turning); it needs no axis. Inf where the angle does not advance."""
+    Z = np.asarray(Z, dtype=np.float64)[:, :2]
+    if not 1 <= chord < last - first or first < 0 or last >= len(Z):
+        raise ValueError(f"need 0 <= first < first + chord < last < {len(Z)}, got {first}, {last}, {chord}")
+    d = Z[first + chord:last + 1] - Z[first:last + 1 - chord]
+    phi = np.unwrap(np.arctan2(d[:, 1], d[:, 0]))
+    return _period_over(np.sign(direction) * phi, 0, len(phi) - 1)
