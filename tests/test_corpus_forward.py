@@ -397,3 +397,21 @@ def test_the_ablation_is_judged_per_measure_and_cited_with_its_windows(chapter):
             states = set(re.findall(rf"{model}\.corpus_states\.(\w+)", paragraph))
             if states & {"pos_emb", "pos_last", "pos_shuffled_last"}:
                 assert "windows" in states, (chapter, model, paragraph[:80])
+
+
+@pytest.mark.parametrize("chapter", ABLATION_CHAPTERS)
+def test_the_ablation_readings_keep_to_the_nulls_they_beat(chapter):
+    """The referee's checks of the corpus ablation: MiniLM's verdicts beat moves of the same size across the whole
+    width, not random frames inside P's span, so a paragraph citing them says the specific reading is not tested
+    (and no chapter asks again whether MiniLM reads the directions where P keeps its energy); the trained
+    model's loss verdict rests on windows mostly of its own training books, and its interval is over windows for
+    one set of control draws."""
+    assert "read the directions where $P$ keeps its energy" not in " ".join(_paragraphs(chapter))
+    for paragraph in _paragraphs(chapter):
+        flat = " ".join(paragraph.split())
+        if re.search(r"minilm\.corpus_ablation\.verdict_(tv|cos)", flat):
+            assert "whole width" in flat and "is not tested" in flat, (chapter, flat[:80])
+        if "kjv_gpt2.corpus_ablation.verdict_loss" in flat:
+            assert re.search(r"mostly (of|from) [^.;]*\btrain", flat), (chapter, flat[:80])
+        if "kjv_gpt2.corpus_ablation.loss_margin_low" in flat:
+            assert "control draws" in flat, (chapter, flat[:80])
