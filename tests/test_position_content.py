@@ -25,7 +25,7 @@ from analyses.toolkit.subspaces import random_basis
 
 D = 24
 OVERLAP = {"ks": (3, 6), "angle_ks": (3,), "capture_k": 3, "capture_ks": (1, 3), "n_random": 20, "seed": 0,
-           "agreement_tol": 1e-4, "sparse_vectors": 3, "sparse_mass": 0.9, "width_share": 0.125}
+           "agreement_tol": 1e-4, "sparse_vectors": 3, "sparse_mass": 0.9, "width_share": 0.125, "trained_rows": {}}
 
 
 def shape(family="gpt2", d=D, n_layers=2, n_heads=2, n_ctx=40, d_vocab=50) -> ModelShape:
@@ -176,7 +176,7 @@ def test_derived_pca_gives_the_numbers_of_the_full_token_embeddings(tmp_path, ti
     np.save(directory / "derived" / "wte_pca500_b.npy", T)
     derived = local_source("tiny-gpt2", directory)
     params = {"ks": (2, 4), "angle_ks": (2,), "capture_k": 2, "capture_ks": (2,), "n_random": 10, "seed": 0,
-              "agreement_tol": 1e-4, "sparse_vectors": 2, "sparse_mass": 0.9, "width_share": 0.1}
+              "agreement_tol": 1e-4, "sparse_vectors": 2, "sparse_mass": 0.9, "width_share": 0.1, "trained_rows": {}}
     a = position_token_subspaces(full.tensors, full.shape, **params)
     b = position_token_subspaces(derived.tensors, derived.shape, **params)
     for key in ("energy_k2", "energy_k4", "angle_min_k2", "cos2_k2", "z_k4"):
@@ -372,7 +372,7 @@ def test_mlp_reads_planted_token_subspace_through_the_right_gain():
 def _small(name: str):
     params = {"position_token_subspaces": {"ks": (2, 4), "angle_ks": (2,), "capture_k": 2, "capture_ks": (2,),
                                            "n_random": 5, "seed": 0, "agreement_tol": 1e-4, "sparse_vectors": 2,
-                                           "sparse_mass": 0.9, "width_share": 0.1},
+                                           "sparse_mass": 0.9, "width_share": 0.1, "trained_rows": {}},
               "attention_energy_reading": {},
               "token_position_sum": {"n_pairs": 50, "seed": 0, "ks": (2,)},
               "attention_position_content": {"ks": (2, 4), "primary_k": 2, "strong": 1.5},
