@@ -310,7 +310,8 @@ def test_token_subspace_is_missing_without_w_e_or_a_derived_file(tiny_checkpoint
 
 def test_a_derived_file_that_is_not_a_pca_is_refused(tiny_checkpoint):
     (tiny_checkpoint / "derived").mkdir()
-    np.save(tiny_checkpoint / "derived" / "wte_pca500_a.npy", np.ones((8, 3), np.float32))
+    not_orthogonal = np.ones((8, 3), np.float32) + np.arange(8, dtype=np.float32)[:, None]  # rows differ
+    np.save(tiny_checkpoint / "derived" / "wte_pca500_a.npy", not_orthogonal)
     with pytest.raises(WeightsError, match="not orthogonal"):
         local_source("tiny-gpt2", tiny_checkpoint).tensors["E_centred.V"]
     np.save(tiny_checkpoint / "derived" / "wte_pca500_a.npy", np.ones((7, 3), np.float32))
