@@ -319,9 +319,10 @@ def qk_rotation_null(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_
                                           f"{kind} of the {part} part's norm taken out, mean over the draws"),
                     f"{tag}_min": Number(float(randoms.min()), ".2g", f"head {head}: the lowest of those"),
                     f"{tag}_max": Number(float(randoms.max()), ".2f", f"head {head}: the highest of those"),
-                    f"{tag}_percentile": Number(100 * float(np.mean(randoms <= real)), ".0f",
-                                                f"head {head}: percent of those random removals that leave no more "
-                                                f"than taking the {part} part out does"),
+                    f"{tag}_as_low": Number(int(np.sum(randoms <= real)), "d",
+                                            f"head {head}: how many of those random removals leave no more than "
+                                            f"taking the {part} part out does (a count: a percentage of "
+                                            f"{len(randoms)} draws would print a digit on a half)"),
                 }
         for k in other_sizes:
             if mass >= MIN_MASS:  # a ratio of two near-zero masses fixes no digit

@@ -128,7 +128,7 @@ def test_the_chapter_readings_hold_in_the_cached_numbers():
     map's one-step share above 1 at every block size and fold, not below the surrogates' share (below the walks');
     at 8 steps below the walks' but above 1 at the first block size; at 64 steps below the walks', affine and
     orthogonal (and below the surrogates', which the text cites but does not read as shift structure: they carry
-    the wrap-around jump); the full-width sinusoidal table not recovered. Top three axes: one step below both nulls
+    the wrap-around jump); the full-width sinusoidal table's full space not cited. Top three axes: one step below both nulls
     and below 1, 64 steps below neither. The narrow control exact. kjv-gpt2: 64 steps below both nulls; MiniLM:
     one step below both, 64 steps below neither. The wording itself: tests/test_readings.py."""
     n = cached("gpt2")
@@ -143,7 +143,7 @@ def test_the_chapter_readings_hold_in_the_cached_numbers():
         assert text[f"walks_top3_k1_{statistic}_below"] == text[f"surrogates_top3_k1_{statistic}_below"] == "yes"
         assert text[f"walks_top3_k64_{statistic}_below"] == text[f"surrogates_top3_k64_{statistic}_below"] == "no"
     assert n["learned_top3_k1_affine_high"] < 1
-    assert n["sinusoidal_full_k1_orthogonal"] > 0.05 and n["sinusoidal_full_k64_orthogonal"] > 0.05
+    assert not any(key.startswith("sinusoidal_full") for key in n)  # not determined by its inputs: never cited
     kjv = {k: v["value"] for k, v in json.loads((CACHE / "kjv_gpt2" / "shift_map" / "numbers.json").read_text()).items()}
     assert kjv["walks_full_k64_affine_below"] == kjv["surrogates_full_k64_affine_below"] == "yes"
     assert kjv["learned_full_k1_affine_low"] < 1 < kjv["learned_full_k1_affine_high"]
