@@ -12,6 +12,10 @@ from analyses.engine.registry import register
 from analyses.engine.results import Number, Result, Table, Text, spoken_list
 from analyses.engine.sources import ModelShape
 from analyses.toolkit.attention import per_head
+from analyses.toolkit.pvalues import draws_for
+
+BATCH = 100
+"""Gaussian pairs drawn at once (bounds memory: a pair at GPT-2's shape is 0.8 MB)."""
 
 
 def qk_trace_ratio(W_Q: np.ndarray, W_K: np.ndarray) -> np.ndarray:
@@ -39,14 +43,19 @@ def qk_distance(a: np.ndarray) -> np.ndarray:
 def qk_symmetry(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_random: int, seed: int) -> Result:
     """Every head's full D × D query-key map M_h = W_Q^h W_K^hᵀ: the signed symmetry s = tr(M²)/‖M‖²_F
     (`qk_trace_ratio`) and the sources' d(M_h, M_hᵀ) = a/(1 + a) with a = √((1 − s)/2), against independent
-    Gaussian W_Q, W_K of the same shape (s about 1/D). d folds both tails of s into a narrow band near its null
+    Gaussian W_Q, W_K of the same shape (s about 1/D), enough of them (`draws_for`) that a head beyond every pair,
+    p = 1/(1 + N), is rejected by Holm's procedure over all L·H heads at the familywise level. d folds both tails of s into a narrow band near its null
     value; s shows which heads lean symmetric (s above every Gaussian draw) and which antisymmetric (below)."""
     L, H = shape.n_layers, shape.n_heads
+    if n_random < draws_for(L * H):
+        raise ValueError(f"{n_random} Gaussian pairs cannot make 'beyond every pair' a Holm rejection over {L * H} "
+                         f"heads (need {draws_for(L * H)})")
     s = np.array([qk_trace_ratio(per_head(tensors, layer, "Q"), per_head(tensors, layer, "K")) for layer in range(L)])
     d = qk_distance(np.sqrt(np.clip(1 - s, 0.0, None) / 2))
     rng = np.random.default_rng(seed)
-    random_s = qk_trace_ratio(rng.standard_normal((n_random, shape.d_model, shape.d_head)),
-                              rng.standard_normal((n_random, shape.d_model, shape.d_head)))
+    random_s = np.concatenate([qk_trace_ratio(rng.standard_normal((n, shape.d_model, shape.d_head)),
+                                              rng.standard_normal((n, shape.d_model, shape.d_head)))
+                               for n in np.diff([*range(0, n_random, BATCH), n_random])])
     random_d = qk_distance(np.sqrt((1 - random_s) / 2))
     # heads as layer.head, most symmetric first (a stable sort: of equal values the first comes first, as argmin)
     ranked = [f"{layer}.{head}" for layer, head in zip(*np.unravel_index(np.argsort(d, axis=None, kind="stable"),
@@ -57,6 +66,9 @@ def qk_symmetry(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_rando
     numbers = {
         "n_heads": Number(L * H, "d", "heads compared"),
         "n_random": Number(n_random, "d", "Gaussian pairs (W_Q, W_K) of the same shape"),
+        "n_random_needed": Number(draws_for(L * H), "d",
+                                  "the fewest Gaussian pairs for which 'beyond every pair' (p = 1/(1 + N)) is a "
+                                  "rejection by Holm's procedure over every head"),
         "d_median": Number(float(np.median(d)), ".3f", "median over heads of d(M_h, M_hᵀ)"),
         "d_q10": Number(float(np.quantile(d, 0.1)), ".3f", "10th percentile over heads of d(M_h, M_hᵀ)"),
         "d_min": Number(float(d.min()), ".3f", "smallest d(M_h, M_hᵀ): the most symmetric head"),
@@ -99,5 +111,5 @@ def qk_symmetry(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_rando
 
 register(
     "qk_symmetry", "How far each head's query-key map is from symmetric", qk_symmetry,
-    needs=("blocks.*.attn.W_Q", "blocks.*.attn.W_K"), params={"n_random": 200, "seed": 0},
+    needs=("blocks.*.attn.W_Q", "blocks.*.attn.W_K"), params={"n_random": 2879, "seed": 0},  # draws_for(144): GPT-2's and GPT-1's 144 heads
 )

@@ -7,6 +7,7 @@ import pytest
 
 from analyses.attention_spectra import anisotropy, energy_fraction
 from analyses.toolkit.attention import full_matrix, input_gain
+from analyses.toolkit.pvalues import draws_for
 from analyses.engine.sources import ModelShape
 
 D = 48
@@ -221,7 +222,7 @@ def test_qk_symmetry_finds_a_planted_symmetric_head_and_the_gaussian_level():
     tensors = {f"blocks.{layer}.attn.W_{kind}": rng.standard_normal((4, D, D // 4)) for layer in range(2)
                for kind in "QK"}
     tensors["blocks.1.attn.W_K"][2] = tensors["blocks.1.attn.W_Q"][2]
-    result = qk_symmetry(tensors, shape, n_random=50, seed=0)
+    result = qk_symmetry(tensors, shape, n_random=draws_for(shape.n_layers * shape.n_heads), seed=0)
     n = result.numbers
     assert n["d_min"].value == pytest.approx(0.0, abs=1e-7) and n["d_min_head"].value == "1.2"
     level = np.sqrt((1 - 1 / D) / 2)
@@ -230,7 +231,23 @@ def test_qk_symmetry_finds_a_planted_symmetric_head_and_the_gaussian_level():
     assert result.tables["distances"].rows[1][3] == pytest.approx(0.0, abs=1e-7)
     assert n["most_symmetric"].value.startswith("1.2")
     assert n["s_max"].value == pytest.approx(1.0) and result.tables["trace_ratio"].rows[1][3] == pytest.approx(1.0)
-    assert n["s_random_mean"].value == pytest.approx(1 / D, abs=3 * n["s_random_sd"].value / np.sqrt(50))
+    assert n["s_random_mean"].value == pytest.approx(1 / D, abs=3 * n["s_random_sd"].value / np.sqrt(n["n_random"].value))
+
+
+def test_qk_symmetry_refuses_too_few_gaussian_pairs_for_holm_over_every_head():
+    """'Beyond every Gaussian pair' is p = 1/(1 + N); it must meet Holm's smallest threshold α/(L·H), so fewer than
+    draws_for(L·H) pairs is an error, and that many is accepted."""
+    from analyses.qk_symmetry import qk_symmetry
+
+    rng = np.random.default_rng(7)
+    shape = ModelShape("planted", "gpt2", D, 8, 2, 4, 10, 4 * D, "pre")
+    tensors = {f"blocks.{layer}.attn.W_{kind}": rng.standard_normal((4, D, D // 4)) for layer in range(2)
+               for kind in "QK"}
+    needed = draws_for(8)
+    with pytest.raises(ValueError, match=f"need {needed}"):
+        qk_symmetry(tensors, shape, n_random=needed - 1, seed=0)
+    n = qk_symmetry(tensors, shape, n_random=needed, seed=0).numbers
+    assert n["n_random"].value == n["n_random_needed"].value == needed == 159
 
 
 def test_qk_symmetry_counts_a_planted_antisymmetric_head_in_the_tail():
@@ -244,7 +261,7 @@ def test_qk_symmetry_counts_a_planted_antisymmetric_head_in_the_tail():
     J = np.kron(np.eye(d_head // 2), np.array([[0.0, 1.0], [-1.0, 0.0]]))
     tensors = {f"blocks.0.attn.W_{kind}": rng.standard_normal((4, D, d_head)) for kind in "QK"}
     tensors["blocks.0.attn.W_K"][1] = tensors["blocks.0.attn.W_Q"][1] @ J
-    n = qk_symmetry(tensors, shape, n_random=50, seed=0).numbers
+    n = qk_symmetry(tensors, shape, n_random=draws_for(shape.n_layers * shape.n_heads), seed=0).numbers
     assert n["s_min"].value == pytest.approx(-1.0) and n["d_max_head"].value == "0.1"
     assert n["n_above_random"].value >= 1 and "1 (s = -1.000)" in n["layer0_antisymmetric"].value
 
