@@ -467,6 +467,7 @@ def test_the_verdicts_without_e_s_first_direction_remove_exactly_its_part():
     m = (D - 1 - 10) * S[9] ** 2  # the missing directions' largest energy, all of it possibly in P's dimensions
     assert cut["sparse_e_energy_wo1_hi"] == pytest.approx(m / (np.sum(S[1:10] ** 2) + m))
     assert n["c1_ratio_k1"] == pytest.approx(D) and n["c1_ratio_k3"] == pytest.approx(D / 3)
+    assert n["c1_below_k1"] == n["c1_below_k3"] == "yes"  # all of v₁ captured: p ≈ 0, below Holm's thresholds
     assert n["c1_weighted"] == pytest.approx(D * 9 / 14)  # ‖P e_0‖²/‖P‖² = 9/(9 + 4 + 1)
     assert n["e1_over_e2"] == pytest.approx(4.0) and n["e1_share"] == pytest.approx(400 / np.sum(S**2))
     # P's energy in E's directions 2..k: none (they avoid P's dimensions), against (k − 1)/D

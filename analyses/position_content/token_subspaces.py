@@ -8,12 +8,13 @@ import numpy as np
 
 from analyses.engine.inputs import ModelInputs
 from analyses.engine.registry import register
-from analyses.engine.results import Accuracy, Number, Result, Table, Text
+from analyses.engine.results import Accuracy, Number, Result, Table, Text, spoken_list
 from analyses.engine.sources import ModelShape
 from analyses.engine.tensors import TOKEN_SUBSPACE
 from analyses.position_content.measures import BAND, random_capture_sd, usable_ks
 from analyses.toolkit import plotting
 from analyses.toolkit.linalg import support_union, top_right_singular_vectors
+from analyses.toolkit.pvalues import holm
 from analyses.toolkit.subspaces import (captured, energy_fraction, prefix_overlaps, principal_angles, random_basis,
                                         random_energy_moments, sampled_energy_fractions, trace_ratio, width_k)
 
@@ -346,7 +347,7 @@ def _first_direction(P: np.ndarray, S_E: np.ndarray, V_E: np.ndarray, ks: tuple[
     """(numbers, tables): the P–E overlap verdicts that E_c's first direction v₁ can decide, with and without it.
 
     v₁'s capture by P's top-k subspace for every k in `capture_ks` (against the Beta(k/2, (D − k)/2) law of a random
-    k-subspace), and energy-weighted, D‖P v₁‖²/‖P‖² (1 for a random direction, with its exact sd); P's energy in E's
+    k-subspace; each p uncorrected, and whether Holm's procedure over the sizes rejects it), and energy-weighted, D‖P v₁‖²/‖P‖² (1 for a random direction, with its exact sd); P's energy in E's
     directions 2..k over (k − 1)/D beside its energy in E's top k over k/D."""
     from scipy.stats import beta as beta_law
 
@@ -365,6 +366,10 @@ def _first_direction(P: np.ndarray, S_E: np.ndarray, V_E: np.ndarray, ks: tuple[
                     f"c1_p_k{k}": Number(p, "sci0", f"one-sided p of that capture under the Beta law, k = {k}"),
                     f"p_energy_k{k}": Number(p_energy, ".0%", f"share of ‖P‖² in P's top {k}")}
         capture_rows.append((k, p_energy, c1, c1 / (k / D), p))
+    for (k, *_, p), rejected in zip(capture_rows, holm([row[-1] for row in capture_rows])):
+        numbers[f"c1_below_k{k}"] = Text("yes" if rejected else "no",
+                                         f"v₁'s capture by P's top {k} beyond chance by Holm's procedure over the "
+                                         f"{len(capture_ks)} subspace sizes ({spoken_list(map(str, capture_ks))})")
     along = float(np.sum((P @ v1) ** 2) / np.sum(P**2))
     sd = random_energy_moments(P, 1, "output")[1]
     numbers |= {"c1_weighted": Number(along * D, ".1f", "D‖P v₁‖²/‖P‖²: P's energy along v₁ over a random direction's"),
