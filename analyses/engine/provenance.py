@@ -606,9 +606,8 @@ class Provenance:
                 entry = self.entries[label]
                 name = SCOPE_WORDS.get(entry.scope, entry.scope)
                 model = "" if entry.scope == "common" else f", for {name}"
-                figures[label] = {"anchor": entry.anchor, "name": name,
-                                  "title": f"Drawn by the analysis “{entry.title}”{model}: the link shows its code, "
-                                           "parameters and inputs"}
+                title = f"Drawn by the analysis “{entry.title}”{model}: the link shows its code, parameters, inputs"
+                figures[label] = {"anchor": entry.anchor, "name": name, "title": title}
         return json.dumps({"keys": keys, "figures": figures, "notes": self.notes}, indent=1, sort_keys=True,
                           ensure_ascii=False) + "\n"
 
