@@ -541,8 +541,8 @@ has no public remote, so the path is relative to it), its parameters, the SHA-25
 commands that recompute it, and, folded, the hash of its code, the library versions and its status; then
 every key the book cites from it, with its printed and unrounded value, its declared accuracy and the
 chapters that cite it (accuracies: rel., relative to the value; text, printed as computed; bound, the value
-stays below it). Every cited number in the book links to its key's row here, and its tooltip gives the key,
-the unrounded value and the declared accuracy.
+stays below it). Every cited number in the book links to its key's row here, and its tooltip gives the
+printed digits and their accuracy in words.
 :::
 
 ::: {.content-visible when-format="pdf"}
