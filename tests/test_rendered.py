@@ -12,9 +12,12 @@ needs mostly one core for minutes; the tests before these run beside it). Then:
   blocked: no console error, math typeset (MathML), the interactive helix drawn by plotly, every
   cited number a link that lands on its key's own row of the provenance page (key, unrounded value
   and accuracy in its tooltip), every cached figure's caption linked to its entry; a full-page
+  cited numbers quiet at rest (no underline, the text's colour; underlined on hover, outlined on keyboard
+  focus); every printed negative number with a real minus sign, and no model id in the visible text; a full-page
   screenshot of each page (of the provenance listing, its first screen) goes to
   `_book/screenshots/<page>.png` for a person to look at;
-- the PDF: the main text within its page budget (counted from the outline, per chapter), no
+- the PDF: the main text within its page budget (counted from the outline, per chapter), no hyphen for a
+  minus sign, no
   missing glyph, every figure and table captioned in its chapter, all fonts embedded, the cited
   numbers printed in the chapters that cite them, and the provenance appendix, compact and out of
   the table of contents, listing for them the pages that print them.
@@ -46,6 +49,9 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from test_typography import MODEL_IDS
+
+from analyses.engine.provenance import MINUS, printed
 
 REPO = Path(__file__).resolve().parents[1]
 BOOK = REPO / "_book"
@@ -339,6 +345,7 @@ class Visit:
     captions: dict[str, list[str]] = field(default_factory=dict)  # float id -> hrefs of its caption's provenance links
     ids: set[str] = field(default_factory=set)             # the ids of the page's elements
     rows: dict[str, tuple[str, str]] = field(default_factory=dict)  # tr id -> (its first cell, its section's id)
+    quiet: dict[str, dict] = field(default_factory=dict)  # "rest", "hover", "focus" -> a cited number's style then
     seconds: float = 0.0
 
 
@@ -406,6 +413,7 @@ def browser_visits(book, tmp_path_factory) -> dict[str, Visit]:
                     ".map(c => [c.id.replace(/-caption-.*$/, ''), [...c.querySelectorAll('.provenance-link a')]"
                     ".map(a => a.getAttribute('href'))]))")
                 visit.ids = set(tab.evaluate("() => [...document.querySelectorAll('[id]')].map(e => e.id)"))
+                visit.quiet = cited_styles(tab)
                 visit.rows = {k: tuple(v) for k, v in tab.evaluate(
                     "() => Object.fromEntries([...document.querySelectorAll('tr[id]')].map(r => [r.id,"
                     " [r.cells[0].innerText.trim(), (r.closest('section[id]') || {}).id || '']]))").items()}
@@ -419,6 +427,29 @@ def browser_visits(book, tmp_path_factory) -> dict[str, Visit]:
     finally:
         server.shutdown()
     return visits
+
+
+STYLE = ("() => { const a = document.querySelector('main p a.cited'); const s = getComputedStyle(a);"
+         " return {decoration: s.textDecorationLine, color: s.color, parent: getComputedStyle(a.parentElement).color,"
+         " outline: s.outlineStyle + ' ' + s.outlineWidth}; }")
+
+
+def cited_styles(tab) -> dict[str, dict]:
+    """The computed style of the page's first cited number in a paragraph, at rest, hovered and focused by the
+    keyboard (Tab until it has the focus: :focus-visible applies to keyboard focus only); empty without one."""
+    if not tab.query_selector("main p a.cited"):
+        return {}
+    styles = {"rest": tab.evaluate(STYLE)}
+    tab.hover("main p a.cited")
+    styles["hover"] = tab.evaluate(STYLE)
+    tab.mouse.move(0, 0)
+    tab.evaluate("() => { const a = document.querySelector('main p a.cited'); const before = document.createElement("
+                 "'a'); before.href = '#'; before.id = 'focus-probe'; a.before(before); before.focus(); }")
+    tab.keyboard.press("Tab")
+    focused = tab.evaluate("() => document.activeElement === document.querySelector('main p a.cited')")
+    styles["focus"] = tab.evaluate(STYLE) if focused else {}
+    tab.evaluate("() => document.getElementById('focus-probe').remove()")
+    return styles
 
 
 def real_failures(visit: Visit) -> tuple[list[str], list[str]]:
@@ -486,19 +517,59 @@ def _lands_on_row(key: str, href: str, visits: dict[str, Visit]) -> str | None:
 
 @pytest.mark.parametrize("name", [n for n in CHAPTER_IDS if n != PROVENANCE])
 def test_every_cited_number_links_to_its_own_row(browser_visits, name):
-    """Every key the chapter cites in its text, tables and formulas is a link on the page: its tooltip starts
-    with the key and gives the declared accuracy, and it lands on the key's own row of the provenance page
-    (a formula citing several keys, on its first key's row)."""
+    """Every key the chapter cites in its text, tables and formulas is a link on the page: its tooltip is the
+    printed digits with their accuracy in words, as report/provenance.json gives it (no key, no unrounded value),
+    and it lands on the key's own row of the provenance page (a formula citing several keys, on its first key's
+    row)."""
     chapter = next(c for c in chapters() if c.name == name)
     source = re.sub(r'fig-alt="[^"]*"', "", expand(REPO / chapter.source))  # alt text holds no links
     expected = set(VAR.findall(source))
     links = browser_visits[name].cited
     found = {key for keys, _, _ in links for key in keys.split()}
     assert expected <= found, f"cited without a link: {sorted(expected - found)[:10]}"
+    tooltips = {key: entry["title"] for key, entry in provenance_data()["keys"].items()}
     for keys, title, href in links:
-        assert title.startswith(keys.split()[0] + " = ") and "declared accuracy" in title, f"{keys}: tooltip {title!r}"
+        assert title == "\n".join(tooltips[k] for k in keys.split()), f"{keys}: tooltip {title!r}"
+        assert "declared accuracy: ±" not in title and keys.split()[0] not in title, f"{keys}: tooltip {title!r}"
     wrong = [why for keys, _, href in links if (why := _lands_on_row(keys.split()[0], href, browser_visits))]
     assert not wrong, "\n".join(wrong[:10])
+
+
+@functools.cache
+def provenance_data() -> dict:
+    import json
+    return json.loads((REPO / "report" / "provenance.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name", [n for n in CHAPTER_IDS if n != PROVENANCE])
+def test_cited_numbers_are_quiet_at_rest(browser_visits, name):
+    """Issue 46: a cited number looks like text until hovered or focused: at rest no underline and the colour of
+    the text around it; hovered, underlined; focused from the keyboard, underlined and outlined."""
+    quiet = browser_visits[name].quiet
+    if not quiet:
+        pytest.skip("no cited number in a paragraph of this page")
+    rest, hover, focus = quiet["rest"], quiet["hover"], quiet["focus"]
+    assert rest["decoration"] == "none" and rest["color"] == rest["parent"], f"at rest: {rest}"
+    assert "underline" in hover["decoration"], f"hovered: {hover}"
+    assert focus, "the keyboard does not reach the cited number"
+    assert "underline" in focus["decoration"] and not focus["outline"].startswith("none"), f"focused: {focus}"
+
+
+@pytest.mark.parametrize("name", [n for n in CHAPTER_IDS if n != PROVENANCE])
+def test_page_prints_negative_numbers_with_a_minus_sign(book, name):
+    """Every printed negative number, cited or in a table from the cache, has a real minus sign (U+2212), not a
+    hyphen (report/_scripts/provenance-pages.lua); code is not visible text here."""
+    hyphens = [page(name).visible[max(0, m.start() - 30):m.end() + 10] for m in MINUS.finditer(page(name).visible)]
+    assert not hyphens, f"{len(hyphens)} hyphens for minus signs: {hyphens[:8]}"
+
+
+@pytest.mark.parametrize("name", [n for n in CHAPTER_IDS if n != PROVENANCE])
+def test_page_names_no_model_by_its_id(book, name):
+    """No model id in the visible text (the notes of skipped analyses included, which provenance.lua puts in
+    words): the book says "GPT-2" and "MiniLM", not "gpt2" or "minilm"."""
+    text = page(name).visible
+    found = [text[max(0, m.start() - 40):m.end() + 20] for m in MODEL_IDS.finditer(text)]
+    assert not found, f"model ids in the visible text: {found[:8]}"
 
 
 @pytest.mark.parametrize("name", [n for n in CHAPTER_IDS if n != PROVENANCE])
@@ -651,16 +722,19 @@ def cited(text: str) -> list[tuple[str, object]]:
 
 @pytest.mark.parametrize("name", CHAPTER_IDS)
 def test_scientific_values_print_as_written(book, name):
-    """A value such as 6.68e5 reaches the page as 6.68e5, not as a number Quarto re-formatted (668000)."""
+    """A value such as 6.68e5 reaches the page as 6.68e5, not as a number Quarto re-formatted (668000) (with a real
+    minus sign: 2.54e−41)."""
     chapter = next(c for c in chapters() if c.name == name)
     text = page(name).visible
     wrong = [f"{key} = {value}" for key, value in cited(html_only((REPO / chapter.source).read_text()))
-             if isinstance(value, str) and re.fullmatch(r"[-+]?\d+(\.\d+)?e[-+]?\d+", value) and value not in text]
+             if isinstance(value, str) and re.fullmatch(r"[-+]?\d+(\.\d+)?e[-+]?\d+", value)
+             and printed(value) not in text]
     assert not wrong, "cited values missing from the page as written:\n" + "\n".join(wrong)
 
 
 def spot_checks(per_chapter: int = 2) -> list[tuple[str, str, str]]:
-    """(chapter, key, value): the first cited numbers of each numbered chapter, outside math and tables."""
+    """(chapter, key, value): the first cited numbers of each numbered chapter, outside math and tables, as printed
+    (a real minus sign)."""
     picks = []
     for chapter in chapters():
         if chapter.number is None:
@@ -671,7 +745,7 @@ def spot_checks(per_chapter: int = 2) -> list[tuple[str, str, str]]:
         for key, value in cited(text):
             if isinstance(value, str) and NUMBER.fullmatch(value) and len(value) >= 3 and value not in chosen:
                 chosen.append(value)
-                picks.append((chapter.name, key, value))
+                picks.append((chapter.name, key, printed(value)))
             if len(chosen) == per_chapter:
                 break
     return picks
@@ -779,8 +853,9 @@ def _plain(title: str) -> str:
     return re.sub(r"[^a-z0-9]+", "", re.sub(r"[*_`$\\]", "", title.lower()))
 
 
-MAIN_TEXT_PAGES = 40
-"""The budget of the main text (issue 31): from the preface, which holds the abstract, to the last chapter."""
+MAIN_TEXT_PAGES = 25
+"""The budget of the main text (issue 46, after issue 31's 40): from the abstract to the end of the last main
+chapter."""
 
 
 def test_pdf_main_text_within_its_page_budget(pdf_outline):
@@ -806,6 +881,15 @@ def test_pdf_main_text_within_its_page_budget(pdf_outline):
     pages = end - first
     assert pages <= MAIN_TEXT_PAGES, (f"the main text takes {pages} pages (pp. {first}-{end - 1}), over its "
                                       f"{MAIN_TEXT_PAGES}: " + "; ".join(counts))
+
+
+def test_pdf_prints_negative_numbers_with_a_minus_sign(pdf_chapters):
+    """In print too, every negative number has a real minus sign (U+2212), not a hyphen (the provenance appendix's
+    commands and hashes aside)."""
+    hyphens = {name: [text[max(0, m.start() - 30):m.end() + 10] for m in MINUS.finditer(text)]
+               for name, text in pdf_chapters.items() if name != PROVENANCE}
+    hyphens = {name: found for name, found in hyphens.items() if found}
+    assert not hyphens, "hyphens for minus signs in the PDF:\n" + "\n".join(f"{n}: {f[:5]}" for n, f in hyphens.items())
 
 
 def test_latex_reports_no_missing_character(render):

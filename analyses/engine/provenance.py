@@ -211,11 +211,69 @@ def _value(value) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
+MINUS = re.compile(r"(?:(?<![\w.])|(?<=\de))-(?=\.?\d)")
+"""A hyphen that is a minus sign: before a digit, at the start of a number ("-0.49", "(s = -0.027)") or of an
+exponent ("2.54e-41"); not a hyphen inside a word or a range ("GPT-2", "L6-v2", "10-20")."""
+
+
+def printed(text: str) -> str:
+    """Printed text as a reader sees it: each minus sign a real one (U+2212), not a hyphen. The cache stores the
+    hyphen (its texts are what the code prints); report/_scripts/provenance-pages.lua applies the same rule to the
+    rendered book."""
+    return MINUS.sub("\u2212", text)
+
+
+PRINTED_NUMBER = re.compile(r"(?P<sign>[-+]?)(?P<int>\d{1,3}(?:,\d{3})+|\d+)(?:\.(?P<frac>\d+))?"
+                            r"(?:e(?P<exp>[-+]?\d+))?(?P<percent>%?)")
+
+
+def resolution(text: str) -> tuple[float, str] | None:
+    """Half a unit in the last printed digit of a number as printed ("0.79", "90.4%", "2.54e-41", "1,024"), the
+    most a correctly rounded print can be off by, with its words ("0.005", "0.05 percentage points", "5e−44");
+    None for text that is not one number."""
+    match = PRINTED_NUMBER.fullmatch(text.strip())
+    if match is None:
+        return None
+    decimals = len(match["frac"] or "")
+    if match["exp"] is not None:
+        exponent = int(match["exp"]) - decimals - 1
+        return 5 * 10.0 ** exponent, printed(f"5e{exponent}") if exponent < 0 else str(5 * 10 ** exponent)
+    half = f"{0.5 * 10.0 ** -decimals:.{decimals + 1}f}"
+    if match["percent"]:
+        return float(half) / 100, f"{half} percentage points"
+    return float(half), half
+
+
+def _as_printed(text: str) -> float | None:
+    match = PRINTED_NUMBER.fullmatch(text.strip())
+    if match is None:
+        return None
+    number = float(text.strip().replace(",", "").rstrip("%"))
+    return number / 100 if match["percent"] else number
+
+
+def precision(cited: Cited) -> str:
+    """How far the printed number can be from the value, in words: exact; within half its last digit (the numerical
+    contract keeps every value farther than its declared accuracy from a rounding boundary, so the computation
+    fixes every printed digit); a bound; or text, printed as computed."""
+    accuracy = cited.accuracy or {}
+    if not cited.accuracy or not _numeric(cited.value):
+        return "printed as computed"
+    if str(accuracy.get("basis", "")).startswith("a bound"):
+        return "a bound, not a measurement: the value stays below it"
+    found, shown = resolution(cited.text), _as_printed(cited.text)
+    exact = not (accuracy.get("rel") or accuracy.get("abs"))
+    if exact and shown is not None and abs(shown - cited.value) <= 1e-12 * max(1.0, abs(cited.value)):
+        return "exact"
+    if found is None:
+        return f"declared accuracy {cited.accuracy_text}"
+    return f"the computation fixes it to within {found[1]}"
+
+
 def tooltip(cited: Cited) -> str:
-    """The hover text of a cited number on the web page."""
-    return (f"{cited.key} = {_value(cited.value)} (declared accuracy: {cited.accuracy_text}). "
-            f"Computed by {cited.entry.label} ({cited.entry.function}, {cited.entry.where}). "
-            "Follow the link for its code, parameters and inputs.")
+    """The hover text of a cited number on the web page: the printed digits and their accuracy in words (the
+    unrounded value, declared accuracy and source are on the provenance page the number links to)."""
+    return f"{printed(cited.text).replace('`', '')}: {precision(cited)}. The link shows its full value and source."
 
 
 def describe(cited: Cited, cites: Counter | None) -> list[str]:
@@ -272,6 +330,60 @@ def recompute(cited: Cited, job, cache: Cache) -> tuple[str, int]:
     return verdict + f", as is every other value of {entry.label}", 0
 
 
+# --- reader-facing words for what the cache names by identifier -------------------------------------------
+
+SCOPE_WORDS = {"gpt2": "GPT-2", "gpt1": "GPT-1", "minilm": "MiniLM", "kjv_gpt2": "trained model",
+               "kjv_gpt2_seed1": "second seed", "common": "no model"}
+"""A cache scope as a figure caption's provenance link names it (a model, or "no model" for the shared entries)."""
+
+MODEL_WORDS = {"gpt2": "GPT-2", "gpt1": "GPT-1", "all-MiniLM-L6-v2": "MiniLM", "kjv-gpt2": "the model trained here",
+               "kjv-gpt2-seed1": "the second seed of the model trained here"}
+"""A model as the book's prose names it, where a note of the engine names it by its id."""
+
+TENSOR_WORDS = (("W_E", "token embeddings"), ("blocks.*.mlp.", "MLP weights"), ("blocks.*.attn.", "attention weights"),
+                ("lm_head", "output layer"), ("E_centred.", "principal components of the token embeddings"))
+"""What a checkpoint tensor is, in words (by prefix), where a note of a skipped analysis names the tensors it lacks."""
+
+SKIP_NOTE = re.compile(r"\*(?P<title>.+): not computed for (?P<model>.+?), as (?P<why>.+) \((?P<notice>@[\w-]+)\)\.\*")
+"""The one line `engine.pipeline.status_note` writes to a skipped analysis's status.md."""
+
+
+def _note_key(markdown: str) -> str:
+    """A note's text as report/_scripts/provenance.lua finds it in a chapter: no emphasis or code marks, straight
+    apostrophes, single spaces."""
+    return " ".join(markdown.strip().strip("*").replace("`", "").replace("\u2019", "'").split())
+
+
+def plain_note(markdown: str) -> str | None:
+    """A skipped analysis's note in the reader's words: "not computed for GPT-2: this edition's checkpoint has no
+    MLP weights" for "not computed for gpt2, as its checkpoint lacks `blocks.*.mlp.W_in`"; None for another text.
+    The engine writes the identifiers (its status.md is part of the cached entry); the book prints this."""
+    match = SKIP_NOTE.fullmatch(markdown.strip())
+    if match is None:
+        return None
+    why = match["why"]
+    if why.startswith("its checkpoint lacks"):
+        words = list(dict.fromkeys(next((w for prefix, w in TENSOR_WORDS if name.startswith(prefix)), "other weights")
+                                   for name in re.findall(r"`([^`]+)`", why)))
+        why = "this edition's checkpoint has no " + (" or ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1
+                                                                    else words))
+    elif why == "no reading of its blocks is written":
+        why = "the report reads no blocks of its design"
+    model = MODEL_WORDS.get(match["model"], match["model"])
+    return f"*{match['title']}: not computed for {model}: {why} ({match['notice']}).*"
+
+
+def skip_notes(root: Path, entries: dict[str, Entry]) -> dict[str, str]:
+    """Each skipped entry's status.md note (as `_note_key` finds it) and the note in words that the book prints."""
+    cache, notes = Cache.at(root), {}
+    for entry in entries.values():
+        note = cache.entry(entry.scope, entry.name) / "status.md"
+        text = note.read_text(encoding="utf-8") if entry.status == "skipped" and note.is_file() else ""
+        if plain := plain_note(text):
+            notes[_note_key(text)] = plain
+    return dict(sorted(notes.items()))
+
+
 # --- the generated page and the filter's data -------------------------------------------------------------
 
 def key_anchor(key: str) -> str:
@@ -290,9 +402,10 @@ def _chapter_href(source: str) -> str:
 
 
 def _html(text: str) -> str:
-    """Printed text as HTML: escaped, its `code` spans (a few printed values hold one) as <code>."""
+    """Printed text as HTML: escaped, minus signs real (`printed`), its `code` spans (a few printed values hold
+    one) as <code>."""
     parts = html.escape(str(text), quote=True).split("`")
-    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+    return "".join(f"<code>{p}</code>" if i % 2 else printed(p) for i, p in enumerate(parts))
 
 
 def _keys_table(keys: list[Cited], cites: Citations) -> list[str]:
@@ -344,8 +457,8 @@ _LATEX = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "$": r"\$", "&": r"
 
 
 def _latex(text: str) -> str:
-    """Text for LaTeX: specials escaped, `code` spans in typewriter, and room to break inside long words
-    (a 64-digit hash, a long key) so that nothing runs out of its column."""
+    """Text for LaTeX: specials escaped, minus signs real (`printed`), `code` spans in typewriter, and room to
+    break inside long words (a 64-digit hash, a long key) so that nothing runs out of its column."""
     def word(w: str) -> str:
         chunks = [w[i:i + 12] for i in range(0, len(w), 12)] if len(w) > 24 else [w]
         return r"\hspace{0pt}".join("".join(_LATEX.get(ch, ch) for ch in chunk) for chunk in chunks)
@@ -354,7 +467,7 @@ def _latex(text: str) -> str:
         return " ".join(word(w) for w in t.split(" "))
 
     parts = str(text).split("`")
-    return "".join(rf"\texttt{{{plain(p)}}}" if i % 2 else plain(p) for i, p in enumerate(parts))
+    return "".join(rf"\texttt{{{plain(p)}}}" if i % 2 else plain(printed(p)) for i, p in enumerate(parts))
 
 
 def _latex_key(name: str) -> str:
@@ -428,8 +541,8 @@ has no public remote, so the path is relative to it), its parameters, the SHA-25
 commands that recompute it, and, folded, the hash of its code, the library versions and its status; then
 every key the book cites from it, with its printed and unrounded value, its declared accuracy and the
 chapters that cite it (accuracies: rel., relative to the value; text, printed as computed; bound, the value
-stays below it). Every cited number in the book links to its key's row here, and its tooltip gives the key,
-the unrounded value and the declared accuracy.
+stays below it). Every cited number in the book links to its key's row here, and its tooltip gives the
+printed digits and their accuracy in words.
 :::
 
 ::: {.content-visible when-format="pdf"}
@@ -450,10 +563,12 @@ class Provenance:
     entries: dict[str, Entry]
     cited: dict[str, Cited]
     cites: Citations
+    notes: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, root: Path) -> Provenance:
-        return cls(*records(root), citations(root))
+        entries, cited = records(root)
+        return cls(entries, cited, citations(root), skip_notes(root, entries))
 
     def unresolved(self) -> list[str]:
         """Keys the book cites that no verified entry holds, and cited figures of no verified entry."""
@@ -479,16 +594,22 @@ class Provenance:
         return "\n".join(parts).rstrip() + "\n"
 
     def data(self) -> str:
-        """What the Lua filter needs: each cited key's row anchor and tooltip, and each figure entry's anchor."""
+        """What the Lua filters need: each cited key's row anchor and tooltip; each figure entry's anchor, tooltip
+        and model in words; and each skipped analysis's note in words, by the text of the note it replaces."""
         keys = {k: {"anchor": key_anchor(k), "title": tooltip(self.cited[k])}
                 for k in sorted(self.cites.keys) if k in self.cited}
         if len({v["anchor"] for v in keys.values()}) < len(keys):
             raise ValueError("two cited keys share a row anchor (provenance.key_anchor)")
-        figures = {label: {"anchor": self.entries[label].anchor,
-                           "title": f"Computed by {label} ({self.entries[label].function}, "
-                                    f"{self.entries[label].where}): its code, parameters and inputs"}
-                   for label in sorted(self.cites.figures) if label in self.entries}
-        return json.dumps({"keys": keys, "figures": figures}, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+        figures = {}
+        for label in sorted(self.cites.figures):
+            if label in self.entries:
+                entry = self.entries[label]
+                name = SCOPE_WORDS.get(entry.scope, entry.scope)
+                model = "" if entry.scope == "common" else f", for {name}"
+                title = f"Drawn by the analysis “{entry.title}”{model}: the link shows its code, parameters, inputs"
+                figures[label] = {"anchor": entry.anchor, "name": name, "title": title}
+        return json.dumps({"keys": keys, "figures": figures, "notes": self.notes}, indent=1, sort_keys=True,
+                          ensure_ascii=False) + "\n"
 
     def files(self) -> dict[Path, str]:
         return {PAGE: self.page(), DATA: self.data()}

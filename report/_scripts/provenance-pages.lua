@@ -2,7 +2,13 @@
 provenance-pages.lua: in the PDF, each cited number links to its row of the provenance appendix, and each
 row lists the pages that cite it (see provenance.lua, which marks the numbers).
 
-Run at post-quarto (values expanded, HTML-only content gone), for LaTeX only: each `.cited` span becomes
+In every format, first: each minus sign printed as a hyphen becomes a real one (U+2212), in the text and the
+tables (cited values and the tables included from the cache print what the code wrote, "-0.49"): a hyphen at
+the start of a number or of its exponent ("-0.49", "(s = -0.27)", "2.54e-41"), never one inside a word or
+a range ("GPT-2", "10-20"), nor in code or math (TeX and MathML draw their own minus). The rule is
+analyses/engine/provenance.py's MINUS, which the provenance appendix and the tooltips use too.
+
+Then at post-quarto (values expanded, HTML-only content gone), for LaTeX only: each `.cited` span becomes
 `\citedlink{ROW}{value}` (a discreet link to its first key's row, defined in _quarto.yml; a plain value
 where it holds a displayed formula), followed by an invisible `\label{cited-N}`; in the appendix's listing
 (raw LaTeX that analyses/engine/provenance.py writes), each `\citedpagesof{KEY}` becomes
@@ -55,8 +61,41 @@ local function link_latex(doc)
   end})
 end
 
+local MINUS = "\u{2212}"
+
+-- Whether the byte before position i of s ends a word (a letter, digit, underscore or point; bytes of a
+-- multibyte character do not), so that a hyphen after it is no minus sign.
+local function in_word(s, i)
+  return i > 1 and s:sub(i - 1, i - 1):match("[%w_.]") ~= nil
+end
+
+local function real_minus(s)
+  if not s:find("-", 1, true) then return nil end
+  local out, i = {}, 1
+  for k = 1, #s do
+    local c = s:sub(k, k)
+    local next_digit = s:sub(k + 1, k + 1):match("%d") or s:sub(k + 1, k + 2):match("^%.%d")
+    local exponent = k > 2 and s:sub(k - 1, k - 1) == "e" and s:sub(k - 2, k - 2):match("%d")
+    if c == "-" and next_digit and (not in_word(s, k) or exponent) then
+      table.insert(out, s:sub(i, k - 1) .. MINUS)
+      i = k + 1
+    end
+  end
+  if i == 1 then return nil end
+  table.insert(out, s:sub(i))
+  return table.concat(out)
+end
+
+local function real_minus_signs(doc)
+  return doc:walk({Str = function(str)
+    local text = real_minus(str.text)
+    if text then return pandoc.Str(text) end
+  end})
+end
+
 return {
   Pandoc = function(doc)
+    doc = real_minus_signs(doc)
     if quarto.doc.is_format("latex") then
       return link_latex(doc)
     end

@@ -2,13 +2,16 @@
 provenance.lua: every cited number knows where it came from (see analyses/engine/provenance.py).
 
 Run at pre-ast, before Quarto expands shortcodes. On the web, each `{{< var KEY >}}` becomes a quiet
-link to its analysis's entry on the provenance page (report/provenance.qmd), whose tooltip (title) gives
-the key, the unrounded value and the declared accuracy; a formula that cites keys becomes such a link as
-a whole (MathML holds no links); and every figure whose images come from the cache ends its caption
-with links to the entries of the analyses that drew it. In other formats each citation is only wrapped
-in a `.cited` span with its `data-key`, for provenance-pages.lua: the PDF's numbers stay plain text.
+link to its key's row on the provenance page (report/provenance.qmd), whose tooltip (title) gives the
+printed digits and their accuracy in words ("0.79: the computation fixes it to within 0.005"); a formula
+that cites keys becomes such a link as a whole (MathML holds no links); and every figure whose images come
+from the cache ends its caption with links to the entries of the analyses that drew it. In other formats
+each citation is only wrapped in a `.cited` span with its `data-key`, for provenance-pages.lua: the PDF's
+numbers stay plain text. In every format, the one-line note of an analysis that was not computed
+(its status.md, which names the model and the tensors it lacks by their identifiers) is replaced by the
+same note in words ("not computed for GPT-2: this edition's checkpoint has no MLP weights").
 
-The anchors and tooltips come from report/provenance.json, which `python -m analyses provenance`
+The anchors, tooltips and notes come from report/provenance.json, which `python -m analyses provenance`
 writes from the cache (the pre-render step runs it): nothing here is typed by hand.
 ]]
 
@@ -19,7 +22,7 @@ local function load_data()
   local file = io.open(path, "r")
   if not file then
     quarto.log.warning("provenance.lua: no " .. path .. " (run `python -m analyses provenance`)")
-    return {keys = {}, figures = {}}
+    return {keys = {}, figures = {}, notes = {}}
   end
   local text = file:read("a")
   file:close()
@@ -49,8 +52,8 @@ local function shortcode_params(span)
   return out
 end
 
--- A cited value (or formula): on the web a quiet link to its key's row, with the key, unrounded
--- value and declared accuracy as its tooltip; elsewhere a `.cited` span (provenance-pages.lua).
+-- A cited value (or formula): on the web a quiet link to its key's row, with the printed digits and
+-- their accuracy in words as its tooltip; elsewhere a `.cited` span (provenance-pages.lua).
 local function cited_span(content, keys)
   local attr = pandoc.Attr("", {"cited"}, {{"data-key", table.concat(keys, " ")}})
   if not quarto.doc.is_format("html") then
@@ -82,23 +85,25 @@ local function entries_shown(el)
 end
 
 -- A caption's quiet link to the entries that drew the figure: "provenance", or with several entries one link
--- per model (or per entry, where a model drew two); their tooltips say which analysis computed it.
+-- per model, named in words ("GPT-2 · MiniLM"; numbered where a model drew two); their tooltips say which
+-- analysis drew it.
 local function caption_links(labels)
-  local scopes = {}
+  local names, seen = {}, {}
   for _, label in ipairs(labels) do
-    local scope = label:match("^[^/]+")
-    scopes[scope] = (scopes[scope] or 0) + 1
-  end
-  local inlines = pandoc.Inlines({})
-  if #labels > 1 then inlines:insert(pandoc.Str("provenance:")) end
-  for i, label in ipairs(labels) do
     local figure = provenance().figures[label]
     if figure == nil then
       quarto.log.warning("provenance.lua: no provenance entry for the figure of " .. label)
       return nil
     end
-    local scope = label:match("^[^/]+")
-    local text = #labels == 1 and "provenance" or (scopes[scope] == 1 and scope or label)
+    names[figure.name] = (names[figure.name] or 0) + 1
+  end
+  local inlines = pandoc.Inlines({})
+  if #labels > 1 then inlines:insert(pandoc.Str("provenance:")) end
+  for i, label in ipairs(labels) do
+    local figure = provenance().figures[label]
+    seen[figure.name] = (seen[figure.name] or 0) + 1
+    local text = #labels == 1 and "provenance" or
+      (names[figure.name] == 1 and figure.name or (figure.name .. " " .. seen[figure.name]))
     if i > 1 then inlines:extend({pandoc.Space(), pandoc.Str("·")}) end
     if #inlines > 0 then inlines:insert(pandoc.Space()) end
     inlines:insert(pandoc.Link(pandoc.Inlines({pandoc.Str(text)}), page_href(figure.anchor), figure.title))
@@ -116,7 +121,22 @@ local function append_to(blocks, span)
   return false
 end
 
+-- A note of a skipped analysis, found by its text (as analyses/engine/provenance.py's _note_key writes it:
+-- no emphasis or code marks, straight apostrophes, single spaces), in words.
+local function note_key(para)
+  local text = pandoc.utils.stringify(para):gsub("\u{2019}", "'"):gsub("%s+", " ")
+  return (text:gsub("^ ", ""):gsub(" $", ""))
+end
+
 local mark = {
+  {
+    Para = function(para)
+      local words = provenance().notes and provenance().notes[note_key(para)]
+      if words then
+        return pandoc.read(words, "markdown").blocks
+      end
+    end,
+  },
   {
     Span = function(el)
       if el.classes:includes("quarto-shortcode__") then
