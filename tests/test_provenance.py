@@ -2,8 +2,8 @@
 
 Against the committed cache (no weights needed): every key and figure the book cites resolves to a
 verified cache entry; the generated page and data are what the cache gives now; each entry names a
-function that is defined where it says; each tooltip holds the key, the unrounded value and the declared
-accuracy. On a tiny checkpoint: `explain KEY` prints the value, the function with its file and line, the
+function that is defined where it says; each tooltip holds the printed digits and their accuracy in words (the
+page it links to holds the key, the unrounded value and the declared accuracy). On a tiny checkpoint: `explain KEY` prints the value, the function with its file and line, the
 inputs and the freshness; `--recompute` gives one line of verdict, and catches a value that moved.
 The rendered pages are checked in tests/test_rendered.py.
 """
@@ -67,10 +67,8 @@ def test_every_cited_key_has_its_tooltip_and_its_own_row(book):
     for key in book.cites.keys:
         cited, shown = book.cited[key], data["keys"][key]
         assert shown["anchor"] == provenance.key_anchor(key) and page.count(f'<tr id="{shown["anchor"]}">') == 1
-        assert shown["title"].startswith(f"{key} = ")
-        assert provenance.accuracy_text(cited.accuracy) in shown["title"]
-        if isinstance(cited.value, float):
-            assert repr(cited.value) in shown["title"], f"{key}: the unrounded value is not in its tooltip"
+        assert shown["title"].startswith(provenance.printed(cited.text).replace("`", "") + ": "), key
+        assert key not in shown["title"] and "accuracy" not in shown["title"], f"{key}: its tooltip is not in words"
     for label, shown in data["figures"].items():
         assert shown["anchor"] == book.entries[label].anchor
 
