@@ -1,7 +1,7 @@
 """The "Claims checked" chapter and its appendix, checked statically (no weights, no Quarto).
 
 report/appendix-claims.qmd holds one table per source document, with the columns claim, where, our value,
-verdict and note; report/claims.qmd lists the main claims inline, [claim]{claim="id"}: *verdict*, each naming
+verdict and note; its first section, {#sec-claims}, lists the main claims inline, [claim]{claim="id"}: *verdict*, each naming
 its row there by id and repeating its verdict. Every row needs one of the six verdicts; a row whose verdict is not "not
 testable here" must cite at least one number from the cache ({{< var >}}) in its "our value" cell,
 and that cell may hold no number typed by hand; every cited key must exist in _variables.yml; a
@@ -23,7 +23,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 CHAPTER = REPO / "report" / "appendix-claims.qmd"  # the per-source tables: the one place for each claim
-SUMMARY = REPO / "report" / "claims.qmd"  # the chapter: the main claims, paired with their rows by id
+SUMMARY_HEADING = re.compile(r"^## The main claims and their verdicts \{#sec-claims\}\s*$", re.M)
+"""The appendix's first section: the main claims inline, paired with their rows by id."""
 
 COLUMNS = ["claim", "where", "our value", "verdict", "note"]
 VERDICTS = {"confirmed", "formula holds", "reproduced with another setting", "refined", "corrected",
@@ -252,13 +253,23 @@ def chapter_text() -> str:
     return CHAPTER.read_text()
 
 
-def test_the_chapter_is_in_the_book_before_the_references():
+def summary_text() -> str:
+    """The summary section of the claims appendix, from its heading to the next section."""
+    text = CHAPTER.read_text()
+    start = SUMMARY_HEADING.search(text)
+    assert start, "report/appendix-claims.qmd has no section {#sec-claims}"
+    end = text.find("\n## ", start.end())
+    return text[start.start():end if end >= 0 else len(text)]
+
+
+def test_the_audit_is_an_appendix_with_its_summary_first():
+    """The audit of the sources is an appendix (issue 46), not a main chapter; its summary is its first section."""
     config = yaml.safe_load((REPO / "_quarto.yml").read_text())
-    appendices = config["book"].get("appendices", [])
-    for listing in (config["project"]["render"][:len(config["project"]["render"]) - len(appendices)],
-                    config["book"]["chapters"]):
-        assert listing[-2:] == ["report/claims.qmd", "report/references.qmd"]
-    assert re.search(r"^# Claims checked \{#sec-claims\}\s*$", SUMMARY.read_text(), re.M)
+    for listing in (config["project"]["render"], config["book"]["chapters"]):
+        assert "report/claims.qmd" not in listing
+    assert "report/appendix-claims.qmd" in config["book"]["appendices"]
+    assert not (REPO / "report" / "claims.qmd").exists()
+    assert CHAPTER.read_text().split("\n## ", 2)[1].startswith("The main claims and their verdicts {#sec-claims}")
 
 
 def test_every_claims_table_is_sound():
@@ -319,8 +330,14 @@ def leading_verdict(cell: str) -> str | None:
     return None
 
 
+SUMMARY = "the claims appendix's summary"
+"""The summary section's name among the texts whose inline claims are paired with the tables."""
+
+
 def topic_chapters() -> dict[str, str]:
-    return {path.name: path.read_text() for path in sorted((REPO / "report").glob("*.qmd")) if path != CHAPTER}
+    """Every text that names claims outside the per-source tables: each other chapter, and the summary."""
+    return {SUMMARY: summary_text()} | {path.name: path.read_text() for path in sorted((REPO / "report").glob("*.qmd"))
+                                         if path != CHAPTER}
 
 
 def pairing_problems(claims_text: str, topics: dict[str, str]) -> list[str]:
@@ -386,21 +403,21 @@ def test_every_claim_in_a_topic_chapter_has_the_verdict_of_the_claims_chapter():
 
 def test_the_pairing_covers_the_chapter_s_list_of_main_claims():
     """A guard against a parser that finds nothing: the chapter's main claims are seen and paired."""
-    assert len(INLINE_CLAIM.findall(" ".join(SUMMARY.read_text().split()))) >= 20
+    assert len(INLINE_CLAIM.findall(" ".join(summary_text().split()))) >= 20
 
 
 def test_the_summary_names_a_claim_of_every_source():
     """The chapter's list cites each source and links to its table, one list item per source."""
-    items = [item for item in re.split(r"\n(?=- )", SUMMARY.read_text()) if 'claim="' in item]
+    items = [item for item in re.split(r"\n(?=- )", summary_text()) if 'claim="' in item]
     assert len(items) == len(SOURCES)
     for item, (label, (key, _)) in zip(items, SOURCES.items()):
         assert f"[@{key}]" in item and f"@{label.replace('tbl-', 'sec-')}" in item
 
 
 def _inline(topics: dict[str, str], old: str, new: str) -> dict[str, str]:
-    text = topics["claims.qmd"]
+    text = topics[SUMMARY]
     assert old in text
-    return topics | {"claims.qmd": text.replace(old, new, 1)}
+    return topics | {SUMMARY: text.replace(old, new, 1)}
 
 
 def break_topic_verdict(claims, topics):

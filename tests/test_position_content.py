@@ -519,7 +519,7 @@ def _units(text: str) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("chapter", ("position-content.qmd", "claims.qmd", "growing-helix.qmd"))
+@pytest.mark.parametrize("chapter", ("position-content.qmd", "appendix-claims.qmd", "growing-helix.qmd"))
 def test_a_verdict_that_one_direction_decides_is_cited_with_and_without_it(chapter):
     """Issue 37, item 2: E_c's first direction (the mean token where E is whole) alone made 'not disjoint' and the
     3.2× capture; wherever either is cited, the same paragraph or table row cites it without that direction (or

@@ -51,7 +51,7 @@ BENCH_MODELS = ("gpt2", "all-MiniLM-L6-v2")
 """The models of every cold and warm run: the targets were set for these two."""
 TARGETS = {"subset_ratio": 1.0, "all_s": 30.0, "all_mb": 1024.0, "warm_s": 1.0,
            "html_s": 25.0, "report_s": 60.0, "chapter_s": 8.0}
-ONE_CHAPTER = "report/position-matrix.qmd"
+ONE_CHAPTER = "report/data-and-methods.qmd"
 """The chapter whose render stands for editing one chapter."""
 RENDERS = {"website (quarto render --to html)": ("--to", "html"), "PDF (quarto render --to pdf)": ("--to", "pdf"),
            f"one chapter ({ONE_CHAPTER}, HTML)": (ONE_CHAPTER, "--to", "html")}
