@@ -427,7 +427,8 @@ def plot_forms(result: Result, shape: ModelShape):
         for (r, c), value in np.ndenumerate(M):
             shown = value / 10.0**exponent
             text = f"{shown:.1f}" if abs(shown) >= 0.995 else f"{shown:.2f}"
-            ax.text(c, r, "0.00" if text == "-0.00" else text, ha="center", va="center", fontsize=8,
+            ax.text(c, r, "0.00" if text == "-0.00" else text.replace("-", "\N{MINUS SIGN}"), ha="center", va="center",
+                    fontsize=8,
                     color="white" if abs(value) > 0.6 * top else "black")
         ax.set_title(f"head {head} (×10$^{{{exponent}}}$)", fontsize=8)
         ax.set_xticks(range(k), [f"PC{j + 1}" for j in range(k)])
