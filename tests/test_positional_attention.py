@@ -324,3 +324,24 @@ def test_the_local_window_is_a_token_distance_and_the_scaled_window_a_variant():
     assert result.tables["heads"].column("class") == ["local window", "local window"]
     assert (numbers["width_low"], numbers["width_high"]) == (2, 32)  # the grid holds both windows
     assert (numbers["n_local_window_min"], numbers["n_local_window_max"]) == (0, 2)
+
+
+def test_the_qk_forms_print_negative_values_with_a_minus_sign():
+    """The forms' cells are text drawn by the figure, not tick labels that `axes.unicode_minus` handles: a
+    negative entry prints with U+2212, never a hyphen."""
+    import re
+
+    from matplotlib.text import Text
+
+    from analyses.positional_attention import plot_forms, positional_qk
+    from analyses.toolkit import plotting
+
+    tensors, shape = circle_heads(n_ctx=240, omega=2 * np.pi / 80, phis=(0.6, -0.6, 1.0, -1.0))
+    result = positional_qk(tensors, shape, n_components=2, min_query=8, edge=20, mechanism_offsets=4)
+    assert (result.arrays["forms"] < 0).any()
+    fig = plot_forms(result, shape)
+    cells = [t.get_text() for t in fig.findobj(Text) if re.fullmatch(r"\S?\d+\.\d+", t.get_text())]
+    assert any(text.startswith("\N{MINUS SIGN}") for text in cells)
+    assert not [text for text in cells if text.startswith("-")]
+    assert plotting.pyplot().rcParams["axes.unicode_minus"]  # tick labels: matplotlib's own minus
+    plotting.pyplot().close(fig)
