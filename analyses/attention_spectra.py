@@ -465,23 +465,45 @@ def attention_alignment(tensors: Mapping[str, np.ndarray], shape: ModelShape, *,
 
 
 def plot_alignment(result: Result, shape: ModelShape):
-    """Enrichment over chance (log colour, centred at 1) for every layer and matrix, one panel per k."""
+    """Enrichment over chance (log colour, centred at 1) for every layer and matrix, one panel per k, two panels
+    to a row, each cell's value written in (two significant digits)."""
     enrichment, ks = result.arrays["enrichment"], result.arrays["ks"]
     plotting.pyplot()
     from matplotlib.colors import LogNorm
 
     top = float(np.ceil(np.abs(np.log10(enrichment)).max() * 10) / 10)
     norm = LogNorm(vmin=10**-top, vmax=10**top)
-    fig, axes = plotting.subplots(1, len(ks), figsize=(plotting.MAX_WIDTH, 3.9), sharey=True)
-    labels = [column_label(*v).replace(f"W_{v[0]}", f"$W_{v[0]}$") for v in VARIANTS]
-    for ax, i in zip(np.atleast_1d(axes), range(len(ks))):
+    cols = min(2, len(ks))
+    rows = -(-len(ks) // cols)
+    n_layers = enrichment.shape[1]
+    fig, axes = plotting.subplots(rows, cols, figsize=(plotting.MAX_WIDTH, 0.75 + rows * (0.55 + 0.19 * n_layers)),
+                                  sharey=True, sharex=True, squeeze=False)
+    labels = [f"$W_{kind}$" for kind, _ in VARIANTS]
+    groups = {"raw": "raw", "γ-folded": "gain folded in", "output": "writes"}
+    for i, ax in enumerate(axes.flat):
+        if i >= len(ks):
+            ax.set_visible(False)
+            continue
         image = ax.imshow(enrichment[i], cmap=plotting.DIVERGING, norm=norm, aspect="auto", interpolation="nearest")
-        ax.set_xticks(range(len(VARIANTS)), labels, rotation=90)
+        for (layer, column), value in np.ndenumerate(enrichment[i]):
+            strong = abs(np.log10(value)) > 0.6 * top
+            ax.text(column, layer, f"{value:.2g}", ha="center", va="center", fontsize=8,
+                    color="white" if strong else "black")
+        ax.set_xticks(range(len(VARIANTS)), labels)
         ax.set_title(f"top-{ks[i]} subspace")
-    first = np.atleast_1d(axes)[0]
-    first.set_ylabel("layer")
-    first.set_yticks(range(enrichment.shape[1]))
-    bar = fig.colorbar(image, ax=list(np.atleast_1d(axes)), fraction=0.04, pad=0.02)
+        ax.set_yticks(range(n_layers))
+        ax.tick_params(length=0)
+        if i % cols == 0:
+            ax.set_ylabel("layer")
+        if i >= len(ks) - cols:  # the bottom row: which columns are raw, folded, written
+            below = ax.secondary_xaxis("bottom")
+            below.spines["bottom"].set_position(("outward", 14))
+            below.spines["bottom"].set_visible(False)
+            names = [groups[variant] for _, variant in VARIANTS]
+            spans = list(dict.fromkeys(names))
+            below.set_xticks([np.mean([j for j, n in enumerate(names) if n == name]) for name in spans], spans)
+            below.tick_params(length=0)
+    bar = fig.colorbar(image, ax=list(axes.flat), fraction=0.04, pad=0.02)
     bar.set_label("enrichment $a_k/(k/D)$\n(log scale, 1 = chance)")
     return fig
 

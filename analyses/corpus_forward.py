@@ -394,7 +394,14 @@ def plot_shares(result: Result, shape: ModelShape):
     for ax in axes:
         ax.set_xticks(states, ticks)
         ax.set_xlabel("state")
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=3)
+    plotting.pyplot()
+    from matplotlib.lines import Line2D
+
+    keys = [Line2D([], [], color=f"C{c}", lw=3) for c in range(3)]
+    keys += [Line2D([], [], color="0.3", marker="o", ms=3, lw=1), Line2D([], [], color="0.3", marker="s", ms=3,
+                                                                         ls="--", lw=1)]
+    axes[0].legend(keys, ["position", "token", "rest", "text", "shuffled"], loc="upper center",
+                   bbox_to_anchor=(0.5, -0.22), ncols=2)  # the first panel's key, under it alone
     return fig
 
 
@@ -637,8 +644,12 @@ def corpus_ablation(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, win
 
 
 def plot_ablation(result: Result, shape: ModelShape):
-    """Attention change per layer: top-k removed against each of the controls; each head's ratio to the controls."""
+    """Attention change per layer: top-k removed against each of the controls; each head's ratio to the controls,
+    printed in its cell and coloured on a log scale whose bar is labelled in ratios too."""
     a = result.arrays
+    plotting.pyplot()
+    from matplotlib.colors import LogNorm
+
     fig, axes = plotting.subplots(2, 1, figsize=(plotting.MAX_WIDTH, 4.8), gridspec_kw={"height_ratios": (1, 1.7)})
     layers = np.arange(a["tv_top_layer"].size)
     for c, values in enumerate(a["tv_controls_layer"]):
@@ -649,8 +660,8 @@ def plot_ablation(result: Result, shape: ModelShape):
     axes[0].legend()
     ratio = a["ratio"]
     limit = np.abs(np.log10(ratio)).max()
-    image = axes[1].imshow(np.log10(ratio), cmap=plotting.DIVERGING, aspect="auto", interpolation="nearest",
-                           vmin=-limit, vmax=limit)
+    image = axes[1].imshow(ratio, cmap=plotting.DIVERGING, aspect="auto", interpolation="nearest",
+                           norm=LogNorm(vmin=10**-limit, vmax=10**limit))
     for (layer, h), value in np.ndenumerate(ratio):
         axes[1].text(h, layer, f"{value:.1f}", ha="center", va="center",
                      color="white" if abs(np.log10(value)) > 0.6 * limit else "black")
@@ -658,7 +669,8 @@ def plot_ablation(result: Result, shape: ModelShape):
     axes[1].set_yticks(range(ratio.shape[0]))
     axes[1].set_xlabel("head")
     axes[1].set_ylabel("layer")
-    plotting.colorbar(fig, image, axes[1], "log10 ratio to the controls' mean")
+    bar = plotting.colorbar(fig, image, axes[1], "ratio to the controls' mean\n(log scale)")
+    plotting.plain_log_ticks(bar.ax.yaxis)
     return fig
 
 

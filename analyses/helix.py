@@ -483,7 +483,7 @@ def helix_3d_html(result: Result, shape: ModelShape) -> str:
         x=Z[ends, 0], y=Z[ends, 1], z=Z[ends, 2], mode="markers+text", text=[f"{p}" for p in ends],
         hoverinfo="text", marker={"size": 6, "color": "black", "symbol": "circle-open"}, name="first and last"))
     fig.update_layout(
-        title={"text": f"{shape.name}: positions in PC1–PC3 (drag to rotate)"},
+        title={"text": "positions in PC1–PC3 (drag to rotate)"},
         scene={"xaxis": {"title": {"text": _axis_label(result, 0)}},
                "yaxis": {"title": {"text": _axis_label(result, 1)}},
                "zaxis": {"title": {"text": _axis_label(result, 2)}},

@@ -421,7 +421,7 @@ def growth_slider_html(result: Result, shape: ModelShape) -> str:
                                  name=f"step {int(step)}"))
     steps = [{"method": "update", "label": f"{int(s):,}",
               "args": [{"visible": [j == i for j in range(len(a["steps"]))]},
-                       {"title": {"text": f"{shape.name}, step {int(s):,}: held-out loss {a['loss'][i]:.2f}, "
+                       {"title": {"text": f"step {int(s):,}: held-out loss {a['loss'][i]:.2f}, "
                                           f"top-3 share {a['share'][i]:.1%}"}}]}
              for i, s in enumerate(a["steps"])]
     last = len(a["steps"]) - 1

@@ -27,7 +27,7 @@ from analyses.toolkit.attention import (CLASSES, attention_pattern, classify, he
 from analyses.toolkit.helix_period import EDGE, helix_period
 from analyses.toolkit.linalg import top_right_singular_vectors
 from analyses.engine.registry import register
-from analyses.engine.results import COUNT_SHARE, Number, Result, Table, Text, spoken_list
+from analyses.engine.results import COUNT_SHARE, FLOAT64, Number, Result, Table, Text, spoken_list
 from analyses.engine.sources import ModelShape
 
 NEEDS = ("W_pos", "blocks.0.attn.W_Q", "blocks.0.attn.W_K", "blocks.0.attn.b_Q", "blocks.0.attn.b_K")
@@ -311,20 +311,41 @@ def row_centred_r2(full: np.ndarray, part: np.ndarray, mask: np.ndarray) -> floa
     return float(1 - ((F - R) ** 2).sum() / (F**2).sum())
 
 
+def form_terms(coords: np.ndarray, M: np.ndarray, queries: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """[3, len(offsets)]: the mean over `queries` i of the symmetric term c_i ((M + Mᵀ)/2) c_{i−δ}ᵀ, the
+    antisymmetric (rotation) term c_i ((M − Mᵀ)/2) c_{i−δ}ᵀ and their sum c_i M c_{i−δ}ᵀ, at each offset δ = i − j
+    (negative: keys after the query, which a causal mask hides; NaN where no query has that key)."""
+    parts = ((M + M.T) / 2, (M - M.T) / 2, M)
+    return np.array([offset_profile(coords @ X @ coords.T, queries, offsets) for X in parts])
+
+
+def attention_without_parts(S: np.ndarray, coords: np.ndarray, M: np.ndarray, causal: bool, queries: np.ndarray,
+                            offsets: np.ndarray) -> np.ndarray:
+    """[3, len(offsets)]: the mean over `queries` of the softmax attention on key i − δ, from the full positional
+    scores S, from S − c ((M − Mᵀ)/2) cᵀ (the rotation taken out) and from S − c ((M + Mᵀ)/2) cᵀ (the symmetric
+    part taken out), as the intervention of `qk_rotation_null` takes them out."""
+    parts = (np.zeros_like(M), (M - M.T) / 2, (M + M.T) / 2)
+    return np.array([offset_profile(attention_pattern(S - coords @ X @ coords.T, causal), queries, offsets)
+                     for X in parts])
+
+
 def positional_qk(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_components: int,
-                  min_query: int, edge: int) -> Result:
-    """Each layer-0 head's QK form on P's top right-singular directions; rotation in the plane of PCs 1–2."""
+                  min_query: int, edge: int, mechanism_offsets: int) -> Result:
+    """Each layer-0 head's QK form on P's top right-singular directions; rotation in the plane of PCs 1–2. For the
+    head with the most positional attention on the current key, the mechanism: its form's symmetric and
+    antisymmetric terms against the offset (half a helix turn each way), and its attention on the nearest
+    `mechanism_offsets` keys with each part taken out."""
     causal = shape.family == "gpt2"
     n = shape.n_ctx
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
     basis = top_right_singular_vectors(P, n_components)
-    z, gain, _ = position_inputs(tensors, shape)
+    z, gain, bias = position_inputs(tensors, shape)
     coords = z @ basis
     period = helix_period(P, edge)  # THE helix period (analysis `helix`, same edge), as a signed rate here
     omega = rotation_sense(coords[:, :2]) * 2 * np.pi / period
     mask = np.tril(np.ones((n, n), dtype=bool)) if causal else np.ones((n, n), dtype=bool)
     mask[:min_query] = False
-    forms, rows, restricted_profiles, full_profiles = [], [], [], []
+    forms, rows, restricted_profiles, full_profiles, current_mass = [], [], [], [], []
     offsets = np.arange(0, n // 2)
     queries = query_rows(n, causal, min_query)
     numbers = {
@@ -341,6 +362,7 @@ def positional_qk(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_com
         preferred = phi / omega
         r2 = row_centred_r2(S, R, mask)
         forms.append(M)
+        current_mass.append(float(np.diagonal(attention_pattern(S, causal))[queries].mean()))
         for name, S_ in (("restricted", R), ("full", S)):
             centred = S_ - np.where(mask, S_, 0).sum(axis=1, keepdims=True) / np.maximum(mask.sum(axis=1), 1)[:, None]
             (restricted_profiles if name == "restricted" else full_profiles).append(
@@ -364,6 +386,17 @@ def positional_qk(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_com
         numbers[f"head{head}_preferred_offset"] = Number(preferred, ".0f",
                                                          f"head {head}: φ/ω, offset where c_i M c_j peaks")
         numbers[f"head{head}_r2"] = Number(r2, ".2f", f"head {head}: share of row-centred score variance")
+    chosen = int(np.argmax(current_mass))
+    span = int(round(period / 2))
+    term_offsets = np.arange(-span, span + 1)
+    near = np.arange(0, mechanism_offsets + 1) if causal else np.arange(-mechanism_offsets, mechanism_offsets + 1)
+    b_Q, b_K = tensors["blocks.0.attn.b_Q"], tensors["blocks.0.attn.b_K"]
+    S = head_scores(z * gain + bias, W_Q[chosen], b_Q[chosen], W_K[chosen], b_K[chosen])
+    M = forms[chosen]
+    mechanism = {"term_offsets": term_offsets, "terms": form_terms(coords, M, queries, term_offsets),
+                 "near_offsets": near, "attention": attention_without_parts(S, coords, M, causal, queries, near)}
+    numbers["mechanism_head"] = Number(chosen, "d", "the head with the most positional attention on the current key, "
+                                       "whose mechanism is drawn")
     r2s = np.array([r[-1] for r in rows])
     numbers["r2_median"] = Number(float(np.median(r2s)), ".2f", "median over heads of the top-k share")
     numbers["r2_max"] = Number(float(r2s.max()), ".2f", "largest top-k share of a head")
@@ -375,7 +408,9 @@ def positional_qk(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_com
                                         "R² of top-k scores": ".2f"})
     return Result(numbers, {"qk_forms": table},
                   {"forms": np.array(forms), "restricted": np.array(restricted_profiles),
-                   "full": np.array(full_profiles), "offsets": offsets})
+                   "full": np.array(full_profiles), "offsets": offsets,
+                   **{f"mechanism_{key}": np.asarray(value) for key, value in mechanism.items()}},
+                  {f"mechanism_{key}": FLOAT64 for key in ("terms", "attention")})
 
 
 def plot_forms(result: Result, shape: ModelShape):
@@ -392,7 +427,8 @@ def plot_forms(result: Result, shape: ModelShape):
         for (r, c), value in np.ndenumerate(M):
             shown = value / 10.0**exponent
             text = f"{shown:.1f}" if abs(shown) >= 0.995 else f"{shown:.2f}"
-            ax.text(c, r, "0.00" if text == "-0.00" else text, ha="center", va="center", fontsize=8,
+            ax.text(c, r, "0.00" if text == "-0.00" else text.replace("-", "\N{MINUS SIGN}"), ha="center", va="center",
+                    fontsize=8,
                     color="white" if abs(value) > 0.6 * top else "black")
         ax.set_title(f"head {head} (×10$^{{{exponent}}}$)", fontsize=8)
         ax.set_xticks(range(k), [f"PC{j + 1}" for j in range(k)])
@@ -418,10 +454,42 @@ def plot_score_profiles(result: Result, shape: ModelShape):
     return fig
 
 
+def plot_mechanism(result: Result, shape: ModelShape):
+    """How one head's form on the helix makes its attention peak at the query: left, the mean score of the key δ
+    tokens back from its symmetric part, its antisymmetric (rotation) part and their sum, half a helix turn each way
+    (keys after the query shaded where a causal mask hides them); right, its attention on the nearest keys from all
+    of its positional scores and with each part taken out."""
+    terms, term_offsets = result.arrays["mechanism_terms"], result.arrays["mechanism_term_offsets"]
+    attention, near = result.arrays["mechanism_attention"], result.arrays["mechanism_near_offsets"]
+    fig, (left, right) = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, 2.9), width_ratios=(1.35, 1))
+    if shape.family == "gpt2":
+        left.axvspan(term_offsets[0], 0, color="0.92", lw=0)
+        left.annotate("keys after the query\n(masked)", (0.03, 0.04), xycoords="axes fraction", color="0.35",
+                      fontsize=8)
+    for curve, label, style in zip(terms, ("symmetric part", "rotation part", "sum: the form"),
+                                   (dict(color="C0", ls="--"), dict(color="C3", ls=":"), dict(color="black"))):
+        left.plot(term_offsets, curve, lw=1.4, label=label, **style)
+    left.axhline(0, color="0.6", lw=0.5)
+    left.axvline(0, color="0.6", lw=0.5)
+    left.set_xlabel("offset i − j (tokens back from the query)")
+    left.set_ylabel("mean score term")
+    left.legend(loc="upper right")
+    for curve, label, style in zip(attention, ("all scores", "rotation taken out", "symmetric part taken out"),
+                                   (dict(color="black", marker="o"), dict(color="C0", ls="--", marker="s"),
+                                    dict(color="C3", ls=":", marker="^"))):
+        right.plot(near, curve, lw=1.2, ms=3.5, label=label, **style)
+    right.set_xticks(near[::2] if len(near) > 8 else near)
+    right.set_xlabel("offset i − j")
+    right.set_ylabel("mean attention on the key")
+    right.set_ylim(0, None)
+    right.legend(loc="upper right")
+    return fig
+
+
 register(
     "positional_qk", "Layer-0 QK circuit on the top directions of P", positional_qk,
     needs=NEEDS, family_needs=FAMILY_NEEDS,
-    params={"n_components": 3, "min_query": 32, "edge": EDGE},
-    figures={"forms": plot_forms, "score_profiles": plot_score_profiles},
+    params={"n_components": 3, "min_query": 32, "edge": EDGE, "mechanism_offsets": 12},
+    figures={"forms": plot_forms, "score_profiles": plot_score_profiles, "mechanism": plot_mechanism},
     groups=("first report",),
 )

@@ -389,10 +389,32 @@ def plot_bands(result: Result, shape: ModelShape):
     return fig
 
 
+HATCHES = {"entries": "", "columns": "////", "phases_independent": "....", "phases_shared": "xxxx"}
+"""Each null's bar fill besides its colour, so that the bars stay apart in grey print."""
+STATISTIC_WORDS = {"std of cos": "cosine\nspread", "largest abs(cos)": "largest\n|cosine|",
+                   "share of cos² not a function of offset": "not set\nby offset",
+                   "sd of cos over n at fixed offset": "spread at\none offset",
+                   "variance share of the top 3 components": "top-3\nvariance"}
+"""The statistics in words for a tick label (the table's names are formulas)."""
+KIND_WORDS = {"positions": "between positions", "dimensions": "between dimensions"}
+"""What a statistic compares, in words, for the label under its group of ticks (else: the whole table)."""
+
+
+def statistic_words(statistic: str) -> str:
+    """A two-line tick label in words for a statistic of the null tests."""
+    if statistic.startswith("fraction with abs(cos) > "):
+        return f"share with\n|cos| > {statistic.rsplit(' ', 1)[-1]}"
+    return STATISTIC_WORDS[statistic]
+
+
 def plot_effects(result: Result, shape: ModelShape):
-    """|effect size| of every statistic under every null, log scale: how far each null falls short."""
+    """|effect size| of every statistic under every null, log scale: how far each null falls short. Each null's
+    bars have their own colour and fill pattern; tick labels in words, upright."""
     rows = result.tables["null_tests"].rows
     keys = [(r[1], r[2]) for r in rows if r[0] == NULL_LABELS["entries"]]
+    order = list(KIND_WORDS)
+    keys.sort(key=lambda key: order.index(key[0]) if key[0] in order else len(order))  # stable: grouped by kind
+    plt = plotting.pyplot()
     fig, ax = plotting.subplots(figsize=(plotting.MAX_WIDTH, 4.2))
     width = 0.8 / len(NULLS)
     for i, null in enumerate(NULLS):
@@ -401,16 +423,25 @@ def plot_effects(result: Result, shape: ModelShape):
             row = next(r for r in rows if r[0] == NULL_LABELS[null] and (r[1], r[2]) == key)
             values.append(abs(row[10]) if not isinstance(row[10], str) else np.nan)
         x = np.arange(len(keys)) + (i - (len(NULLS) - 1) / 2) * width
-        ax.bar(x, values, width, color=COLORS[null], label=NULL_LABELS[null])
+        with plt.rc_context({"hatch.linewidth": 0.6, "hatch.color": "white"}):
+            ax.bar(x, values, width, color=COLORS[null], hatch=HATCHES[null], edgecolor="white", linewidth=0.3,
+                   label=NULL_LABELS[null])
         for xi, v in zip(x, values):
             if np.isnan(v):
                 ax.text(xi, 1.2, "kept", rotation=90, ha="center", va="bottom", color=COLORS[null])
     ax.set_yscale("log")
     ax.axhline(3, color="0.4", lw=0.8, ls="--")
-    short = {"std of cos": "std", "largest abs(cos)": "max |cos|"}
-    names = [("P: top-k variance" if k.startswith("P itself") else
-              f"{k}: " + short.get(s, s.replace("fraction with abs(cos) > ", "frac |cos| > "))) for k, s in keys]
-    ax.set_xticks(range(len(keys)), names, rotation=30, ha="right")
+    ax.set_xticks(range(len(keys)), [statistic_words(s) for _, s in keys])
+    groups = [KIND_WORDS.get(kind, "whole table") for kind, _ in keys]
+    names = list(dict.fromkeys(groups))
+    below = ax.secondary_xaxis("bottom")
+    below.spines["bottom"].set_position(("outward", 26))
+    below.spines["bottom"].set_visible(False)
+    below.set_xticks([np.mean([i for i, g in enumerate(groups) if g == name]) for name in names], names)
+    below.tick_params(length=0, labelsize=9)
+    for i in range(1, len(groups)):
+        if groups[i] != groups[i - 1]:
+            ax.axvline(i - 0.5, color="0.8", lw=0.6)
     ax.set_ylabel("|effect size|\n(null standard deviations, log)")
     fig.legend(loc="outside upper center", ncols=2)
     return fig

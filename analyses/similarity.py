@@ -273,7 +273,7 @@ def plot_trajectories(result: Result, shape: ModelShape):
         points = ax.scatter(P[:, a], P[:, b], c=positions, cmap=plotting.POSITION, s=3, rasterized=True)
         ax.set_xlabel(f"dimension {a}")
         ax.set_ylabel(f"dimension {b}")
-        ax.set_title(f"rank {rank}: cos = {c:.3f}")
+        ax.set_title(f"rank {rank}: cos = {c:.3f}".replace("-", "\N{MINUS SIGN}"))
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     fig.colorbar(points, ax=axes, fraction=0.03, pad=0.02).set_label("position")
@@ -323,7 +323,7 @@ def _dimension_panels(result: Result, groups):
     positions = np.arange(1, P.shape[0])
     for ax, (kind, i) in zip(axes.flat, dims):
         ax.plot(positions, P[1:, i], lw=0.7, color="C0" if kind != "noisiest" else "C1")
-        ax.set_title(f"{kind} {i}: r₁ = {r1[i]:.3f}", fontsize=plotting.MIN_FONT)
+        ax.set_title(f"{kind} {i}: r₁ = {r1[i]:.3f}".replace("-", "\N{MINUS SIGN}"), fontsize=plotting.MIN_FONT)
     for ax in axes[-1]:
         ax.set_xlabel("position")
     for ax in axes[:, 0]:
@@ -339,7 +339,8 @@ def plot_smoothness(result: Result, shape: ModelShape):
     for key, color in (("smoothest", "C2"), ("noisiest", "C1")):
         for i in result.arrays[key]:
             ax.axvline(r1[i], color=color, lw=0.6, ls=":")
-    ax.axvline(float(np.median(r1)), color="k", lw=1, ls="--", label=f"median {np.median(r1):.3f}")
+    ax.axvline(float(np.median(r1)), color="k", lw=1, ls="--",
+               label=f"median {np.median(r1):.3f}".replace("-", "\N{MINUS SIGN}"))
     ax.set_xlabel("lag-1 autocorrelation r₁ of a dimension over positions 1…n−1")
     ax.set_ylabel("number of dimensions")
     ax.legend(loc="upper left")

@@ -207,7 +207,7 @@ def plot_kernels(result: Result, shape: ModelShape):
     """Offset kernels t_k / t_0 (left) and the top two principal components over positions (right)."""
     fig, (left, right) = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, 4.0))
     k = np.arange(len(result.arrays["kernel"]))
-    for key, label, style in (("kernel", shape.name, dict(color="C0", lw=1.5)),
+    for key, label, style in (("kernel", "the position table", dict(color="C0", lw=1.5)),
                               ("walk_kernel", "a random walk", dict(color="0.4", lw=1.2, ls="--")),
                               ("phase_kernel", "independent phases of P", dict(color="C2", lw=1.0, ls=":"))):
         left.plot(k, result.arrays[key], label=label, **style)
@@ -218,7 +218,7 @@ def plot_kernels(result: Result, shape: ModelShape):
     left.legend()
     n = np.arange(len(k))
     for j, color in ((0, "C0"), (1, "C1")):
-        right.plot(n, result.arrays["vectors"][:, j], color=color, lw=1.3, label=f"{shape.name}: PC{j + 1}")
+        right.plot(n, result.arrays["vectors"][:, j], color=color, lw=1.3, label=f"the table: PC{j + 1}")
         right.plot(n, result.arrays["walk_vectors"][:, j], color=color, lw=1.0, ls="--",
                    label=f"random walk: PC{j + 1}")
     right.set_xlabel("position")

@@ -530,9 +530,10 @@ def plot_context(result: Result, shape: ModelShape | None):
     for ax, measure in zip(axes, ("pair_ratio", "turns")):
         i = MEASURES.index(measure)
         for length, key in windows:
-            ax.plot(np.full(len(a[key]), length), a[key][:, i], "o", ms=2.5, color="0.6", mec="none")
+            ax.plot(np.full(len(a[key]), length), a[key][:, i], "o", ms=2.5, color="0.6", mec="none",
+                    label="one window of the table" if length == windows[0][0] else None)
         ax.plot([L for L, _ in windows], [a[k][:, i].mean() for _, k in windows], "-", color="0.2", lw=1,
-                label="windows of the table (mean)")
+                label="mean of the windows; last: whole table")
         n, values = a["runs_n_ctx"], a["runs_shape"][:, i]
         context = a["runs_position_init_std"] == MAIN_RECIPE.position_init_std  # the others change the noise
         ax.plot(n[context], values[context], "o", color="C3", ms=4, label="trained at that context")
@@ -542,7 +543,7 @@ def plot_context(result: Result, shape: ModelShape | None):
         ax.set_xlabel("positions")
         ax.set_ylabel(LABELS[measure])
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize=plotting.MIN_FONT)
+    fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=plotting.MIN_FONT)
     return fig
 
 

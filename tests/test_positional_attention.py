@@ -102,20 +102,22 @@ def test_qk_form_with_gain_and_r2():
     assert row_centred_r2(full, full + 5.0, mask) == pytest.approx(1.0, abs=1e-12)  # row constants do not count
 
 
-def circle_heads(n_ctx: int = 64, omega: float = 2 * np.pi / 80, beta: float = 5000.0):
-    """Layer-0 tensors for positions on a circle, p_n = r(cos ωn e₁ + sin ωn e₂) with e₁, e₂ zero-mean, and two
-    heads whose scores are β cos(ω(i − j) − φ): φ = ω peaks on the previous key (head 0), φ = 0 on the query
-    itself (head 1). Within n_ctx < 2π/ω no other key comes close, so the peak holds almost all the mass."""
+def circle_heads(n_ctx: int = 64, omega: float = 2 * np.pi / 80, beta: float = 5000.0, phis=None):
+    """Layer-0 tensors for positions on a circle, p_n = r(cos ωn e₁ + sin ωn e₂) with e₁, e₂ zero-mean, and a
+    head per φ in `phis` whose scores are ∝ β cos(ω(i − j) − φ); by default two: φ = ω peaks on the previous key
+    (head 0), φ = 0 on the query itself (head 1). Within n_ctx < 2π/ω no other key comes close, so the peak holds
+    almost all the mass."""
     from analyses.engine.sources import ModelShape
 
-    D, H, dh = 8, 2, 4
+    phis = (omega, 0.0) if phis is None else tuple(phis)
+    D, H, dh = 8, len(phis), 4
     e1, e2 = np.zeros(D), np.zeros(D)
     e1[:2], e2[2:4] = np.array([1, -1]) / np.sqrt(2), np.array([1, -1]) / np.sqrt(2)
     n = np.arange(n_ctx)
     P = 10.0 * (np.cos(omega * n)[:, None] * e1 + np.sin(omega * n)[:, None] * e2)
     a = np.sqrt(2 * beta * np.sqrt(dh) / D)  # q·k/√dh = a² D cos(…)/√dh
     W_Q, W_K = np.zeros((H, D, dh)), np.zeros((H, D, dh))
-    for head, phi in enumerate((omega, 0.0)):
+    for head, phi in enumerate(phis):
         W_Q[head, :, 0], W_Q[head, :, 1] = a * e1, a * e2
         W_K[head, :, 0] = a * (np.cos(phi) * e1 - np.sin(phi) * e2)
         W_K[head, :, 1] = a * (np.sin(phi) * e1 + np.cos(phi) * e2)
@@ -145,7 +147,7 @@ def test_positional_qk_recovers_the_rotation_and_the_preferred_offsets():
 
     omega = 2 * np.pi / 80
     tensors, shape = circle_heads(n_ctx=240, omega=omega)
-    result = positional_qk(tensors, shape, n_components=2, min_query=8, edge=20)
+    result = positional_qk(tensors, shape, n_components=2, min_query=8, edge=20, mechanism_offsets=4)
     numbers = {k: v.value for k, v in result.numbers.items()}
     assert abs(numbers["omega_deg"]) == pytest.approx(360 / 80, rel=1e-6)
     assert numbers["head0_preferred_offset"] == pytest.approx(1.0, rel=1e-6)
@@ -155,6 +157,41 @@ def test_positional_qk_recovers_the_rotation_and_the_preferred_offsets():
     assert numbers["head0_min_turns"] == pytest.approx(41 / 80, rel=1e-6)
     assert numbers["head0_min_offset_restricted"] == 41 and numbers["head1_min_offset_restricted"] == 40
     assert numbers["head0_r2"] == pytest.approx(1.0, abs=1e-9)  # the scores live in the top-2 plane
+
+
+def test_the_mechanism_figure_draws_a_rotation_on_a_circle_as_its_closed_form():
+    """A head scoring ρ cos(ωδ − φ) (δ = i − j, φ = 0.6, ω = 2π/80): its symmetric part scores ρ cos φ cos ωδ
+    (peak at the query), its rotation part ρ sin φ sin ωδ (peak a quarter turn back, 20 tokens), their sum peaks at
+    φ/ω; its attention on key i − δ is exp(ρ cos(ωδ − φ)) / Σ_{δ' ≤ i} exp(ρ cos(ωδ' − φ)), averaged over the
+    queries, and likewise for each part alone. Checked on the lines the figure draws."""
+    from analyses.positional_attention import plot_mechanism, positional_qk
+    from analyses.toolkit import plotting
+
+    omega, phi, n_ctx, min_query = 2 * np.pi / 80, 0.6, 240, 8
+    tensors, shape = circle_heads(n_ctx=n_ctx, omega=omega, beta=0.4, phis=(phi,))
+    result = positional_qk(tensors, shape, n_components=2, min_query=min_query, edge=20, mechanism_offsets=12)
+    fig = plot_mechanism(result, shape)
+    left, right = fig.axes[:2]
+    drawn = {line.get_label(): line.get_data() for ax in (left, right) for line in ax.get_lines()}
+    z = standardise(tensors["W_pos"], shape.ln_eps)
+    q = z[0] @ tensors["blocks.0.attn.W_Q"][0]
+    rho = q @ q / np.sqrt(q.size)  # |q|² / √d_head: the score's amplitude on the circle
+    delta, _ = drawn["sum: the form"]
+    closed = {"symmetric part": rho * np.cos(phi) * np.cos(omega * delta),
+              "rotation part": rho * np.sin(phi) * np.sin(omega * delta), "sum: the form": rho * np.cos(omega * delta - phi)}
+    for label, expected in closed.items():
+        np.testing.assert_allclose(drawn[label][1], expected, rtol=1e-6, atol=1e-9 * rho)
+    assert delta[np.argmax(drawn["sum: the form"][1])] == round(phi / omega)
+    assert delta[np.argmax(drawn["rotation part"][1])] == 20 and delta[np.argmax(drawn["symmetric part"][1])] == 0
+    queries = np.arange(min_query, n_ctx)
+    for label, score in (("all scores", lambda d: np.cos(omega * d - phi)),
+                         ("rotation taken out", lambda d: np.cos(phi) * np.cos(omega * d)),
+                         ("symmetric part taken out", lambda d: np.sin(phi) * np.sin(omega * d))):
+        near, attention = drawn[label]
+        expected = [np.mean([np.exp(rho * score(d)) / np.exp(rho * score(np.arange(i + 1))).sum() for i in queries if i >= d])
+                    for d in near]  # the queries that have a key d back
+        np.testing.assert_allclose(attention, expected, rtol=1e-9)
+    plotting.pyplot().close(fig)
 
 
 @pytest.mark.parametrize("phi", [-2.5, -1.0, 0.0, 0.7, 3.0])
@@ -287,3 +324,24 @@ def test_the_local_window_is_a_token_distance_and_the_scaled_window_a_variant():
     assert result.tables["heads"].column("class") == ["local window", "local window"]
     assert (numbers["width_low"], numbers["width_high"]) == (2, 32)  # the grid holds both windows
     assert (numbers["n_local_window_min"], numbers["n_local_window_max"]) == (0, 2)
+
+
+def test_the_qk_forms_print_negative_values_with_a_minus_sign():
+    """The forms' cells are text drawn by the figure, not tick labels that `axes.unicode_minus` handles: a
+    negative entry prints with U+2212, never a hyphen."""
+    import re
+
+    from matplotlib.text import Text
+
+    from analyses.positional_attention import plot_forms, positional_qk
+    from analyses.toolkit import plotting
+
+    tensors, shape = circle_heads(n_ctx=240, omega=2 * np.pi / 80, phis=(0.6, -0.6, 1.0, -1.0))
+    result = positional_qk(tensors, shape, n_components=2, min_query=8, edge=20, mechanism_offsets=4)
+    assert (result.arrays["forms"] < 0).any()
+    fig = plot_forms(result, shape)
+    cells = [t.get_text() for t in fig.findobj(Text) if re.fullmatch(r"\S?\d+\.\d+", t.get_text())]
+    assert any(text.startswith("\N{MINUS SIGN}") for text in cells)
+    assert not [text for text in cells if text.startswith("-")]
+    assert plotting.pyplot().rcParams["axes.unicode_minus"]  # tick labels: matplotlib's own minus
+    plotting.pyplot().close(fig)

@@ -256,3 +256,38 @@ def test_gpt2_spread_of_position_cosines_against_shared_phases_recomputed_indepe
     assert abs(mean - cached_mean) < 4 * cached_sd / np.sqrt(len(draws))
     assert 0.6 < sd / cached_sd < 1.6
     assert (observed - mean) / sd == pytest.approx(cached["phases_shared_positions_std_effect"], abs=1.5)
+
+
+def test_the_effects_figure_labels_statistics_in_upright_words_and_fills_each_null_apart():
+    """Fig. 'effects' from the cached table of GPT-2: tick labels upright and without the table's formula names
+    (abs(, std, frac), every null's bars with a fill pattern of its own (grey print merges colours)."""
+    import csv
+    from pathlib import Path
+
+    from matplotlib.patches import Rectangle
+
+    from analyses.engine.results import Result, Table
+    from analyses.shuffle_nulls import HATCHES, NULLS, plot_effects
+    from analyses.toolkit import plotting
+
+    rows = list(csv.reader((Path(__file__).resolve().parents[1] / "report/_cache/gpt2/shuffle_nulls/null_tests.csv")
+                           .open()))
+
+    def cell(i, value):
+        try:
+            return float(value) if i >= 3 else value
+        except ValueError:
+            return value
+
+    table = Table(tuple(rows[0]), tuple(tuple(cell(i, v) for i, v in enumerate(row)) for row in rows[1:]))
+    fig = plot_effects(Result({}, {"null_tests": table}), None)
+    ax = fig.axes[0]
+    fig.draw_without_rendering()
+    labels = ax.get_xticklabels()
+    assert len(labels) == len(rows[1:]) // len(NULLS)
+    for label in labels:
+        assert label.get_rotation() == 0
+        assert not any(code in label.get_text() for code in ("abs(", "std", "frac", "cos²", "P:")), label.get_text()
+    hatches = {bar.get_hatch() or "" for bar in ax.patches if isinstance(bar, Rectangle)}
+    assert hatches == set(HATCHES.values()) and len(set(HATCHES.values())) == len(NULLS)
+    plotting.pyplot().close(fig)

@@ -93,6 +93,26 @@ def test_toeplitz_gram_reports_a_planted_helix_against_its_baselines():
     assert len(result.tables["statistics"].rows) == 11
 
 
+def test_the_figures_name_no_model_identifier():
+    """The model's registry name ('helix' here, 'gpt2' in the book) appears in no text the figures print: legends
+    say what a curve is, the caption names the model."""
+    from matplotlib.text import Text
+
+    from analyses.toeplitz_gram import plot_gram, plot_kernels
+    from analyses.toolkit import plotting
+
+    t = np.arange(N)
+    P = np.column_stack([np.cos(4 * np.pi * t / N), np.sin(4 * np.pi * t / N), 0.01 * t]) @ np.eye(3, 16)
+    shape = ModelShape("helix", "gpt2", 16, N, 1, 1, 1, 1, "pre")
+    result = toeplitz_gram({"W_pos": P}, shape, n_draws=3, n_shared=20, seed=0, pad=16, sinusoid_base=10000.0)
+    for plot in (plot_gram, plot_kernels):
+        fig = plot(result, shape)
+        fig.draw_without_rendering()
+        texts = [text.get_text() for text in fig.findobj(Text)]
+        assert texts and not [text for text in texts if shape.name in text or shape.family in text], plot.__name__
+        plotting.pyplot().close(fig)
+
+
 def test_shared_phase_draws_keep_a_circulant_table_exactly_toeplitz():
     """Integer frequencies: G is circulant, so every shift-invariant (shared-phase) draw is too, τ = 1 in each."""
     X = fourier_columns([2, 5], [3.0, 1.0])
