@@ -131,7 +131,7 @@ def toeplitz_gram(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_dra
     for i, (key, label) in enumerate(STATISTICS):
         rows.append((label, observed[key], baselines["walks"][:, i].mean(), baselines["walks"][:, i].std(ddof=1),
                      baselines["phases"][:, i].mean(), baselines["phases"][:, i].std(ddof=1), sinusoidal[key]))
-    columns = ("statistic", shape.name, "random walks: mean", "random walks: sd", "independent phases: mean",
+    columns = ("statistic", "learned table", "random walks: mean", "random walks: sd", "independent phases: mean",
                "independent phases: sd", "sinusoidal table")
     fitted = tuple(FITTED if key.endswith("_cycles") else None for key, _ in STATISTICS)  # one per row
     table = Table(columns, tuple(rows), formats=dict.fromkeys(columns[1:], ".3g"),
