@@ -24,7 +24,7 @@ columns and base `control_base`, a rotation exactly and well conditioned (its sl
 few hundred rows, so no two columns are nearly dependent): every held-out share is zero up to rounding. The sinusoidal table of the learned
 table's full width is shown in the top spaces only: most of its slow columns are nearly dependent (numerical rank
 about 200 of 768 at GPT-2's shape), so which axes its full space keeps, and the map fitted along the barely spanned
-ones, change under rounding-level changes of the inputs (its full-space share moves in the second digit). p-values are one-sided (the learned table's share at or below the null's), Holm over the
+ones, change with the inputs' rounding (its longest-shift share changes entirely in single precision) and with the block size. p-values are one-sided (the learned table's share at or below the null's), Holm over the
 tests of one map in one space (every shift against both nulls).
 """
 

@@ -252,7 +252,7 @@ def test_the_old_wording_and_the_old_null_do_not_come_back():
         if "qk_rotation_null.head3_null_q95" in text:
             assert "qk_rotation_null.subspace_head3_null_q95" in text or "subspace_head3_p" in text
     assert "not the helix plane in particular" in chapter
-    assert "as it reads any position direction" in abstract
+    assert "as it reads any three of $P$'s top directions" in abstract  # not the helix plane in particular
     for text in (chapter, abstract):
         assert "rests on the symmetric" in text
         assert "qk_rotation_null.head3_mass_self_antisymmetric" in text
