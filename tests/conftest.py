@@ -12,6 +12,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from analyses.engine import sources
+from analyses.engine.cache import Cache, Outputs
 from analyses.engine.sources import WEIGHTS_ENV, ModelSpec
 
 TINY = {"d_model": 8, "n_ctx": 16, "n_layers": 2, "n_heads": 2, "d_vocab": 11}
@@ -131,3 +132,15 @@ def pytest_collection_finish(session):
     for module in modules:
         if weights is not None:
             module.start_render(weights)
+
+
+def resealed(cache: Cache, scope: str, name: str, edit) -> None:
+    """Edit an entry's files and write it back as the engine does (each output's sha256 and the manifest's seal
+    recomputed), so that only a comparison with a recomputation can tell. `edit(manifest, files)` changes them in
+    place."""
+    entry = cache.entry(scope, name)
+    manifest = json.loads((entry / "manifest.json").read_text(encoding="utf-8"))
+    files = {f: (entry / f).read_bytes() for f in manifest["outputs"]}
+    edit(manifest, files)
+    manifest = {k: v for k, v in manifest.items() if k not in ("outputs", "seal")}
+    cache.write(scope, name, manifest, Outputs(files))

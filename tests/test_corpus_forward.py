@@ -9,6 +9,7 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import resealed
 
 from analyses import corpus_forward as cf
 from analyses.engine.cli import main
@@ -330,20 +331,6 @@ def test_the_check_recomputes_only_the_sample_and_reproduces_the_cached_ablation
     assert len(computed) == select(["corpus_ablation"])[0].params["n_sample"]
 
 
-def _reseal(entry) -> None:
-    """Re-hash `rows.csv` into the entry's manifest and seal it again, as the engine does when it writes an entry."""
-    import hashlib
-    import json
-
-    from analyses.engine import cache as cache_module
-
-    path = entry / "manifest.json"
-    manifest = json.loads(path.read_text())
-    manifest["outputs"]["rows.csv"] = hashlib.sha256((entry / "rows.csv").read_bytes()).hexdigest()
-    manifest[cache_module.SEAL] = cache_module._seal(manifest)
-    path.write_text(json.dumps(manifest, indent=2, sort_keys=True))
-
-
 def _edited_check(tmp_path, kjv, sample, column: str, sampled: bool, monkeypatch):
     """The check on a copy whose `column` is moved by 1 in one window, in the sample or out of it. The sample's
     passes are replaced by its cached rows (so that only the edit can differ from the cache at window level)."""
@@ -368,8 +355,8 @@ def _edited_check(tmp_path, kjv, sample, column: str, sampled: bool, monkeypatch
     rows[w][header.index(column)] = repr(float(rows[w][header.index(column)]) + 1.0)
     out = io.StringIO()
     csv.writer(out, lineterminator="\n").writerows([header, *rows])
-    (entry / "rows.csv").write_text(out.getvalue())
-    _reseal(entry)  # the edit stands for a cache that was written so, not for a file edited behind the manifest
+    # the edit stands for a cache that was written so, not for a file edited behind the manifest
+    resealed(cache, *ENTRY, lambda manifest, files: files.update({"rows.csv": out.getvalue().encode()}))
     monkeypatch.setattr(cf, "ablation_window", cached_pass)
     return check(plan(select(["corpus_ablation"]), [kjv])[0], cache)[0].problems
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import resealed
 
-from analyses.engine.cache import COMMON, Cache, Outputs, result_outputs
+from analyses.engine.cache import COMMON, Cache, result_outputs
 from analyses.engine.results import (
     COUNT_SHARE,
     EXACT,
@@ -240,17 +241,6 @@ def test_a_hand_edited_table_that_the_book_includes_is_not_reproduced(tmp_path):
     assert compare(entry, _toy()) == ["table t: the included t.md differs from the recomputed table's"]
 
 
-def _resealed(cache: Cache, scope: str, name: str, edit) -> None:
-    """Edit an entry's files and write it back as the engine does (each output's sha256 and the manifest's seal
-    recomputed), so that only a comparison with a recomputation can tell."""
-    entry = cache.entry(scope, name)
-    manifest = json.loads((entry / "manifest.json").read_text())
-    files = {f: (entry / f).read_bytes() for f in manifest["outputs"]}
-    edit(manifest, files)
-    manifest = {k: v for k, v in manifest.items() if k not in ("outputs", "seal")}
-    cache.write(scope, name, manifest, Outputs(files))
-
-
 def test_a_hand_edited_status_note_or_skip_reason_is_not_reproduced(tmp_path, tiny_checkpoint, monkeypatch):
     """The notes the book includes (status.md: empty, or the line saying why an analysis was skipped) are compared
     with what the manifest and today's inputs give: an edit resealed into the manifest is still found (issue 34)."""
@@ -270,13 +260,13 @@ def test_a_hand_edited_status_note_or_skip_reason_is_not_reproduced(tmp_path, ti
     run([computed, skipped], cache, progress=False)
     assert check(computed, cache)[0].problems == [] and check(skipped, cache)[0].problems == []
 
-    _resealed(cache, "tiny_gpt2", "norm", lambda m, files: files.update({"status.md": b"*Computed elsewhere.*\n"}))
+    resealed(cache, "tiny_gpt2", "norm", lambda m, files: files.update({"status.md": b"*Computed elsewhere.*\n"}))
     assert check(computed, cache)[0].problems == ["the included status.md differs from the note its manifest gives"]
 
     reason = cache.manifest("tiny_gpt2", "tokens")["reason"]
-    _resealed(cache, "tiny_gpt2", "tokens", lambda manifest, files: manifest.update(reason="Not needed."))
+    resealed(cache, "tiny_gpt2", "tokens", lambda manifest, files: manifest.update(reason="Not needed."))
     assert check(skipped, cache)[0].problems[0].startswith("the cached reason for the skip differs from today's")
-    _resealed(cache, "tiny_gpt2", "tokens", lambda manifest, files: (manifest.update(reason=reason),
+    resealed(cache, "tiny_gpt2", "tokens", lambda manifest, files: (manifest.update(reason=reason),
                                                                      files.update({"status.md": b"*Computed.*\n"})))
     assert check(skipped, cache)[0].problems == ["the included status.md differs from the note its manifest gives"]
 

@@ -260,7 +260,7 @@ def precision(cited: Cited) -> str:
     if not cited.accuracy or not _numeric(cited.value):
         return "printed as computed"
     if str(accuracy.get("basis", "")).startswith("a bound"):
-        return "a bound, not a measurement: the value stays below it"
+        return accuracy_text(accuracy)
     found, shown = resolution(cited.text), _as_printed(cited.text)
     exact = not (accuracy.get("rel") or accuracy.get("abs"))
     if exact and shown is not None and abs(shown - cited.value) <= 1e-12 * max(1.0, abs(cited.value)):
