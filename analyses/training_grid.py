@@ -45,6 +45,15 @@ CONTEXT_RUNS = ("kjv-gpt2-ctx128", "kjv-gpt2", "kjv-gpt2-seed1", "kjv-gpt2-ctx51
 """The main recipe at three contexts, at equal tokens per step (two seeds at 256): how the shape scales with n."""
 FIGURE_RUNS = (*CONTEXT_RUNS, "kjv-gpt2-sigma01")
 """The main-size runs, drawn beside a model's own windows."""
+CAUSE_RUNS = ("kjv-gpt2-poswd0", "kjv-gpt2-poswd1", "kjv-gpt2-sigma01")
+"""The main recipe with one candidate cause of the table's shape changed: no weight decay on the position table, a
+strong one (1.0) on it alone, and GPT-2's initial position noise (0.01)."""
+CHANGE_WORDS = {"position_init_std": "initial position noise", "n_ctx": "context",
+                "position_weight_decay": "weight decay on the position table", "embedding_dropout": "embedding dropout"}
+"""How the grid's table names a changed recipe field."""
+COMPUTE_ONLY = ("batch", "eval_windows", "threads")
+"""Recipe fields a run may change without changing what it trains: the batch and held-out windows of a context run
+(set by the context at equal tokens per step) and the CPU threads (the order of float sums, not the recipe)."""
 RUNS = (*MAIN_RUNS, *GRID)
 RECORDED = Accuracy(basis="exact: read from the committed training record")
 EXACT_LOSS = Accuracy(basis="exact: differences of float32 losses read from the committed histories")
@@ -73,12 +82,12 @@ def change(name: str) -> str:
         reference = MAIN_RECIPE.as_dict()
     else:
         reference = (GRID_LONG if recipe["n_ctx"] != GRID_BASE.n_ctx else GRID_BASE).as_dict()
-    changed = {k: v for k, v in recipe.items() if reference[k] != v and k not in ("batch", "eval_windows")}
+    changed = {k: v for k, v in recipe.items() if reference[k] != v and k not in COMPUTE_ONLY}
     if not changed:
         return "base"
     if changed.get("positions") == "sinusoidal":
         return f"fixed sinusoidal positions, RMS {recipe['position_init_std']:g}"
-    return ", ".join(f"{'initial position noise' if k == 'position_init_std' else 'context' if k == 'n_ctx' else k} {v}"
+    return ", ".join(f"{CHANGE_WORDS.get(k, k)} {v:g}" if isinstance(v, float) else f"{CHANGE_WORDS.get(k, k)} {v}"
                      for k, v in changed.items())
 
 
@@ -120,7 +129,7 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int, 
     fits' intervals at `level`."""
     numbers: dict[str, Number | Text] = {"n_draws": Number(n_draws, "d", "draws of each reference table"),
                                          "level": Number(level, ".0%", "coverage of the fits' intervals", EXACT)}
-    rows, arrays, shapes, batches = [], {}, {}, {}
+    rows, arrays, shapes, batches, tables = [], {}, {}, {}, {}
     for name in runs:
         key, h = run_key(name), _history(name)
         record = read_training_record(model_dir(name) / RECORD_FILE)
@@ -178,6 +187,12 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int, 
         numbers |= matched_exposure(series, contexts, {name: batches[name] for name in CONTEXT_RUNS},
                                     {name: Recipe.from_dict(model_spec(name).recipe.as_dict()) for name in CONTEXT_RUNS},
                                     level)
+    causes = [name for name in CAUSE_RUNS if name in runs]
+    if causes and set(MAIN_RUNS) <= set(runs):
+        finals = {name: arrays[f"{run_key(name)}_shape"][-1] for name in (*MAIN_RUNS, *causes)}
+        effects = cause_effects({name: finals[name] for name in causes}, tuple(finals[name] for name in MAIN_RUNS))
+        numbers |= effects
+        tables["causes"] = cause_table(numbers, (*MAIN_RUNS, *causes))
     references = {}
     for n, d in sorted(set(shapes.values())):
         draws = reference_shapes((n, d), n_draws, seed, edge)
@@ -197,7 +212,54 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int, 
     columns = ("run", "change", "context", "steps", *(LABELS[m] for m in MEASURES[:4]), LABELS["period"],
                LABELS["toeplitz"], "held-out loss", "loss half-way step", "top-3 half-way step")
     formats = {LABELS[m]: FORMATS[m] for m in MEASURES} | {"held-out loss": ".2f", "steps": ",d"}
-    return Result(numbers, {"grid": Table(columns, tuple(rows), formats)}, arrays)
+    return Result(numbers, {"grid": Table(columns, tuple(rows), formats), **tables}, arrays)
+
+
+def cause_effects(finals: dict[str, np.ndarray], seeds: tuple[np.ndarray, np.ndarray]) -> dict[str, Number | Text]:
+    """Each one-change run's last λ2/λ1 and turns (`finals`: {run: its last `table_shape` row}) against the main
+    recipe's two seeds: the difference from the seeds' mean in units of the seeds' own difference |s₁ − s₀|, the one
+    scale of chance two seeds give (with one degree of freedom it cannot by itself tell a run from chance: a change
+    reads as moving the table only far beyond it); how many runs lie above both seeds, and the change that raises
+    λ2/λ1 most."""
+    out: dict[str, Number | Text] = {"cause_runs": Number(len(finals), "d", "runs that change one candidate cause", EXACT)}
+    for measure in ("pair_ratio", "turns"):
+        i = MEASURES.index(measure)
+        low, high = sorted(float(seed[i]) for seed in seeds)
+        gap = high - low
+        if not gap > 0:
+            raise ValueError(f"the two seeds' {LABELS[measure]} do not differ: no scale of chance")
+        out[f"seeds_{measure}_gap"] = Number(gap, FORMATS[measure], f"|seed 1 − seed 0| of the last {LABELS[measure]}")
+        above = 0
+        for name, final in finals.items():
+            value = float(final[i])
+            out[f"{run_key(name)}_{measure}_vs_seeds"] = Number(
+                (value - (low + high) / 2) / gap, ".1f",
+                f"{name}: last {LABELS[measure]} minus the seeds' mean, in units of the seeds' difference")
+            above += value > high
+        out[f"cause_runs_above_seeds_{measure}"] = Number(above, "d", f"runs whose last {LABELS[measure]} lies above "
+                                                                      "both seeds'", EXACT)
+    ratio = MEASURES.index("pair_ratio")
+    most = max(finals, key=lambda name: finals[name][ratio])
+    out["cause_most_pair_ratio"] = Text(change(most), "the change whose run ends with the largest λ2/λ1")
+    out["cause_most_pair_ratio_key"] = Text(run_key(most), "its run's key")
+    return out
+
+
+def cause_table(numbers: dict, runs: tuple[str, ...]) -> Table:
+    """One row per run: the change, the last λ2/λ1 and its smallest over training (with the step), turns, PC1's share,
+    the held-out loss and the last λ2/λ1 against the seeds (blank for the seeds themselves)."""
+    rows = []
+    for name in runs:
+        key = run_key(name)
+        vs = numbers.get(f"{key}_pair_ratio_vs_seeds")
+        rows.append((change(name), numbers[f"{key}_pair_ratio"].value, numbers[f"{key}_pair_ratio_min"].value,
+                     numbers[f"{key}_pair_ratio_min_step"].value, numbers[f"{key}_turns"].value,
+                     numbers[f"{key}_pc1"].value, numbers[f"{key}_loss"].value, "—" if vs is None else vs.value))
+    columns = ("change", "λ2/λ1, last", "λ2/λ1, smallest", "at step", "turns", "PC1 share", "held-out loss",
+               "λ2/λ1 against the seeds")
+    return Table(columns, tuple(rows), {"λ2/λ1, last": ".3f", "λ2/λ1, smallest": ".3f", "at step": ",d",
+                                        "turns": FORMATS["turns"], "PC1 share": ".1%", "held-out loss": ".2f",
+                                        "λ2/λ1 against the seeds": ".1f"})
 
 
 def _growth_numbers(name: str, key: str, W: np.ndarray, trajectory: np.ndarray, steps: np.ndarray,
@@ -500,7 +562,8 @@ def plot_grid(result: Result, shape: ModelShape | None):
     random walks' means."""
     a = result.arrays
     fig, axes = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, 4.2), sharex=True)
-    keys = [k.removesuffix("_shape") for k in a if k.endswith("_shape")]
+    caused = {run_key(name) for name in CAUSE_RUNS} - {run_key(name) for name in FIGURE_RUNS}
+    keys = [k.removesuffix("_shape") for k in a if k.endswith("_shape") and k.removesuffix("_shape") not in caused]
     main = [k for k in keys if k.startswith("main")]
     for ax, measure in zip(axes, ("pc1", "pair_ratio")):
         i = MEASURES.index(measure)
@@ -517,6 +580,29 @@ def plot_grid(result: Result, shape: ModelShape | None):
         ax.set_ylabel(LABELS[measure])
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=4, fontsize=plotting.MIN_FONT)
+    return fig
+
+
+def plot_causes(result: Result, shape: ModelShape | None):
+    """λ2/λ1 and turns of the table against the training step: the main recipe's two seeds and each run that changes
+    one candidate cause."""
+    a = result.arrays
+    fig, axes = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, 3.2), sharex=True)
+    runs = [name for name in (*MAIN_RUNS, *CAUSE_RUNS) if f"{run_key(name)}_shape" in a]
+    for ax, measure in zip(axes, ("pair_ratio", "turns")):
+        i = MEASURES.index(measure)
+        for name in runs:
+            key = run_key(name)
+            seed = name in MAIN_RUNS
+            ax.plot(np.maximum(a[f"{key}_steps"], 1), a[f"{key}_shape"][:, i], marker="o", ms=2.5, lw=1,
+                    color="0.15" if seed else f"C{CAUSE_RUNS.index(name)}", ls="--" if name == MAIN_RUNS[1] else "-",
+                    label=change(name))
+        ax.set_xscale("log")
+        ax.set_xlabel("training step (log; step 0 at 1)")
+        ax.set_ylabel(LABELS[measure])
+    axes[0].set_yscale("log")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize=plotting.MIN_FONT)
     return fig
 
 
@@ -549,7 +635,7 @@ def plot_context(result: Result, shape: ModelShape | None):
 
 register("training_grid", "What decides the helix: shape across training runs", training_grid, scope="common",
          params={"runs": RUNS, "n_draws": 20, "seed": 0, "edge": EDGE, "level": 0.95},
-         data=grid_inputs, figures={"grid": plot_grid}, groups=(GRID_GROUP,))
+         data=grid_inputs, figures={"grid": plot_grid, "causes": plot_causes}, groups=(GRID_GROUP,))
 
 register("window_shape", "The table's shape in windows of the trained runs' contexts", window_shape, needs=("W_pos",),
          params={"lengths": (128, 256, 512), "stride": 8, "first_row": 1, "untrained_rows": 1, "edge": EDGE,

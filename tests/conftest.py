@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -144,3 +145,20 @@ def resealed(cache: Cache, scope: str, name: str, edit) -> None:
     edit(manifest, files)
     manifest = {k: v for k, v in manifest.items() if k not in ("outputs", "seal")}
     cache.write(scope, name, manifest, Outputs(files))
+
+
+INCLUDE = re.compile(r"\{\{<\s*include\s+(\S+)\s*>\}\}")
+CACHED = "\x00"
+"""Marks, where `expand` is asked to, the text included from the cache (tables and notes the analyses write)."""
+
+
+def expand(path: Path, seen: tuple = (), mark_cached: bool = False) -> str:
+    """A source's text with every {{< include >}} replaced by the included text, as the book prints it; with
+    `mark_cached`, the text included from the report's cache between two CACHED marks."""
+    def include(match: re.Match) -> str:
+        target = (path.parent / match.group(1)).resolve()
+        if not target.is_file() or target in seen:
+            return ""
+        text = expand(target, (*seen, path), mark_cached)
+        return f"{CACHED}{text}{CACHED}" if mark_cached and "_cache" in target.parts else text
+    return INCLUDE.sub(include, path.read_text(encoding="utf-8"))

@@ -166,8 +166,9 @@ def test_missing_tensor_is_recorded_as_skipped_with_reason(cache, tiny_checkpoin
            "(`test-org/tiny-gpt2`)" in manifest["reason"]
     assert (cache.entry("tiny_gpt2", "token_probe") / "section.md").read_text() == ""  # includable, empty
     status_md = (cache.entry("tiny_gpt2", "token_probe") / "status.md").read_text()
-    assert status_md == ("*Token probe: not computed for tiny-gpt2, as its checkpoint lacks `tokenizer`, `W_E`, "
-                         "`blocks.*.mlp.W_in` (@sec-data-weights).*\n")  # one line; the whole reason is in the manifest
+    assert status_md == ("*Token probe: not computed for tiny-gpt2: this edition's checkpoint has no tokenizer, "
+                         "token embeddings or MLP weights (@sec-data-weights).*\n")  # one line, in words; the whole
+    # reason, tensors by name, is in the manifest
 
 
 def test_interrupted_computation_leaves_previous_entry_intact(cache, jobs, monkeypatch):

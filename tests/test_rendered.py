@@ -49,6 +49,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from conftest import expand
 from test_typography import MODEL_IDS
 
 from analyses.engine.provenance import MINUS, printed
@@ -81,14 +82,6 @@ class Chapter:
 
     def heading(self) -> str:
         return self.title if self.number is None else f"{self.number} {self.title}"
-
-
-def expand(path: Path, seen: tuple = ()) -> str:
-    """A document's text with every {{< include >}} replaced by the included file's."""
-    def include(match: re.Match) -> str:
-        target = (path.parent / match.group(1)).resolve()
-        return expand(target, (*seen, path)) if target.is_file() and target not in seen else ""
-    return re.sub(r"\{\{<\s*include\s+(\S+)\s*>\}\}", include, path.read_text())
 
 
 @functools.cache

@@ -164,10 +164,11 @@ def test_the_committed_model_matches_its_checksums_and_record(spec):
 
 def test_the_committed_models_fit_the_size_budget():
     """Each main-size run within 16 MiB (its history grows with the context), each small run within 4 MiB, all of
-    them within 64 MiB."""
+    them within 96 MiB: 64 MiB before the two runs that change the position table's weight decay (about 8.5 MiB
+    each, their weights kept so that their heads can be read like the main run's) and the synthetic-task runs."""
     size = {spec.name: sum(p.stat().st_size for p in _directory(spec).iterdir()) for spec in TRAINED}
     assert all(v < (16 if k.startswith("kjv-gpt2") else 4) * 2**20 for k, v in size.items())
-    assert sum(size.values()) < 64 * 2**20
+    assert sum(size.values()) < 96 * 2**20
 
 
 @pytest.mark.parametrize("spec", TRAINED, ids=lambda s: s.name)

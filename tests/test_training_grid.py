@@ -12,7 +12,8 @@ from analyses.engine.sources import GRID, MAIN_RECIPE, MODELS, ModelShape
 from analyses.toolkit.table_shape import (MEASURES, bulk_turns, pair_ratio, power_law_intervals, power_law_slope,
                                           reference_shapes, table_shape)
 from analyses.toolkit.training import Recipe
-from analyses.training_grid import (CONTEXT_RUNS, RUNS, change, context_scaling, context_slope_variants,
+from analyses.training_grid import (CAUSE_RUNS, COMPUTE_ONLY, CONTEXT_RUNS, MAIN_RUNS, RUNS, cause_effects, change,
+                                    context_scaling, context_slope_variants,
                                     fixed_positions_gap, matched_exposure, paired_training_gap, ratio_at_step, run_key,
                                     window_shape, window_slope_variants)
 
@@ -175,7 +176,7 @@ def test_every_grid_run_changes_one_thing_from_its_reference_and_keeps_the_token
         assert recipe.tokens_per_step == references[0].tokens_per_step
         assert recipe.eval_windows * recipe.n_ctx == references[0].eval_windows * references[0].n_ctx
         assert MODELS[name].recipe == recipe and MODELS[name].groups == ("training grid",)
-        changed = [{k for k, v in recipe.as_dict().items() if ref.as_dict()[k] != v} - {"batch", "eval_windows"}
+        changed = [{k for k, v in recipe.as_dict().items() if ref.as_dict()[k] != v} - set(COMPUTE_ONLY)
                    - ({"position_init_std"} if recipe.positions != ref.positions else set())  # a fixed table's RMS
                    for ref in references]
         assert min(map(len, changed)) == (0 if name in ("kjv-small", "kjv-small-long") else 1), name
@@ -184,6 +185,29 @@ def test_every_grid_run_changes_one_thing_from_its_reference_and_keeps_the_token
     assert change("kjv-small") == "base" and change("kjv-gpt2-ctx512") == "context 512"
     assert change("kjv-gpt2-sinusoidal") == "fixed sinusoidal positions, RMS 0.034"
     assert [MODELS[n].recipe.n_ctx for n in CONTEXT_RUNS] == [128, 256, 256, 512]
+    assert [change(n) for n in CAUSE_RUNS] == ["weight decay on the position table 0", "weight decay on the position "
+                                               "table 1", "initial position noise 0.01"]
+    assert all(MODELS[n].recipe.n_ctx == MAIN_RECIPE.n_ctx for n in CAUSE_RUNS)
+
+
+def test_a_causes_effect_is_its_distance_from_the_seeds_mean_in_units_of_the_seeds_difference():
+    """Seeds at λ2/λ1 0.04 and 0.06 (mean 0.05, difference 0.02): a run at 0.09 lies 2 seed differences above, one at
+    0.05 none; turns likewise; the run that ends most bent is named; identical seeds give no scale and are an error."""
+    def shape(ratio: float, turns: float) -> np.ndarray:
+        row = np.zeros(len(MEASURES))
+        row[MEASURES.index("pair_ratio")], row[MEASURES.index("turns")] = ratio, turns
+        return row
+
+    seeds = (shape(0.04, 0.6), shape(0.06, 0.7))
+    out = cause_effects({CAUSE_RUNS[0]: shape(0.09, 0.65), CAUSE_RUNS[1]: shape(0.05, 0.9)}, seeds)
+    assert out["main_poswd0_pair_ratio_vs_seeds"].value == pytest.approx(2.0)
+    assert out["main_poswd1_pair_ratio_vs_seeds"].value == pytest.approx(0.0)
+    assert out["main_poswd1_turns_vs_seeds"].value == pytest.approx(2.5)
+    assert out["seeds_pair_ratio_gap"].value == pytest.approx(0.02)
+    assert out["cause_runs_above_seeds_pair_ratio"].value == 1 and out["cause_runs_above_seeds_turns"].value == 1
+    assert out["cause_most_pair_ratio"].value == change(CAUSE_RUNS[0])
+    with pytest.raises(ValueError, match="no scale of chance"):
+        cause_effects({CAUSE_RUNS[0]: shape(0.09, 0.65)}, (seeds[0], seeds[0]))
 
 
 def test_power_law_slope_recovers_the_exponent():

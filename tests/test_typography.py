@@ -7,7 +7,7 @@
 - The tooltips: each cited number's tooltip prints its printed digits and an accuracy in words that is true of
   the cached value (within half its last digit, which the declared accuracy leaves fixed), and no identifier.
 - No internal identifiers in the prose (model ids, tensor names, analysis and key names), outside code and math,
-  with every included note of a skipped analysis as the book prints it (in words, provenance.plain_note).
+  with every included note of a skipped analysis (the engine writes it in words).
 - No figure embedded twice in the main text, and every figure referenced from the text (a main chapter's from
   the main text).
 - A caption's colour and marker words ("blue", "dashed", "dots", ...) name what the figure draws: an entry of its
@@ -36,6 +36,7 @@ import yaml
 
 from analyses.engine import provenance
 from analyses.engine.sources import MODELS
+from conftest import CACHED, expand
 
 REPO = Path(__file__).resolve().parents[1]
 REPORT = REPO / "report"
@@ -59,28 +60,6 @@ def main_chapters() -> list[Path]:
 def appendices() -> list[Path]:
     """The appendices, less the generated provenance listing (identifiers are its content)."""
     return [REPO / p for p in book().get("appendices", []) if Path(p) != provenance.PAGE]
-
-
-INCLUDE = re.compile(r"\{\{<\s*include\s+(\S+)\s*>\}\}")
-
-
-def expand(path: Path, seen: tuple = (), mark_cached: bool = False) -> str:
-    """A source's text with every {{< include >}} replaced by the included text, as the book prints it: a skipped
-    analysis's note (its status.md) in words, as report/_scripts/provenance.lua prints it; with `mark_cached`, the
-    other text included from the cache between two CACHED marks."""
-    def include(match: re.Match) -> str:
-        target = (path.parent / match.group(1)).resolve()
-        if not target.is_file() or target in seen:
-            return ""
-        text = expand(target, (*seen, path), mark_cached)
-        if target.name == "status.md":
-            return provenance.plain_note(text) or text
-        return f"{CACHED}{text}{CACHED}" if CACHE in target.parents and mark_cached else text
-    return INCLUDE.sub(include, path.read_text(encoding="utf-8"))
-
-
-CACHED = "\x00"
-"""Marks, where `expand` is asked to, the text included from the cache (tables the analyses write)."""
 
 
 FENCE = re.compile(r"^(```|~~~).*?^\1\s*$", re.S | re.M)
@@ -196,9 +175,8 @@ def test_each_tooltip_prints_the_printed_digits_and_a_true_accuracy(cited):
         assert key not in title and "declared accuracy: ±" not in title, f"{key}: an identifier in {title!r}"
         words = provenance.precision(c)
         assert words in title
-        shown = provenance._as_printed(c.text)
+        shown, half, _ = provenance.read_printed(c.text) or (None, None, None)
         if words.startswith("the computation fixes it to within"):
-            half, _ = provenance.resolution(c.text)
             declared = max(c.accuracy.get("abs") or 0, (c.accuracy.get("rel") or 0) * abs(c.value))
             assert abs(c.value - shown) <= half * (1 + 1e-9), f"{key}: {c.value} is not within {half} of {c.text}"
             assert declared < half, f"{key}: its declared accuracy {declared} does not fix the digit of {c.text}"
@@ -206,13 +184,13 @@ def test_each_tooltip_prints_the_printed_digits_and_a_true_accuracy(cited):
             assert shown == pytest.approx(c.value, rel=1e-12, abs=1e-12), f"{key}: {c.text} is not {c.value}"
 
 
-def test_the_resolution_is_half_the_last_printed_digit():
-    assert provenance.resolution("0.79") == (0.005, "0.005")
-    assert provenance.resolution("90.4%") == pytest.approx((0.0005, "0.05 percentage points"))
-    assert provenance.resolution("1,024") == (0.5, "0.5")
-    assert provenance.resolution("2.54e-41")[1] == "5e\u221244"
-    assert provenance.resolution("6.68e5")[1] == "500"
-    assert provenance.resolution("p = 0.58") is None
+def test_a_printed_number_is_read_with_half_its_last_digit():
+    assert provenance.read_printed("0.79") == (0.79, 0.005, "0.005")
+    assert provenance.read_printed("90.4%") == pytest.approx((0.904, 0.0005, "0.05 percentage points"))
+    assert provenance.read_printed("1,024") == (1024, 0.5, "0.5")
+    assert provenance.read_printed("2.54e-41")[1:] == pytest.approx((5e-44, "5e\u221244"))
+    assert provenance.read_printed("6.68e5")[2] == "500"
+    assert provenance.read_printed("p = 0.58") is None
 
 
 # --- no internal identifiers ----------------------------------------------------------------------------------
@@ -248,7 +226,7 @@ def identifiers_in(text: str) -> list[str]:
 def test_the_identifier_check_finds_a_leak_and_passes_words():
     leak = "*Logit lens: not computed for gpt2, as its checkpoint lacks `blocks.*.mlp.W_in` (@sec-x).*"
     assert identifiers_in(leak) == ["gpt2"]
-    assert identifiers_in(provenance.plain_note(leak)) == []
+    assert identifiers_in("*Logit lens: not computed for GPT-2: this edition's checkpoint has no MLP weights (@sec-x).*") == []
     assert sorted(identifiers_in("the kjv_gpt2 model, W_in, blocks.0 and shift_map")) == [
         "W_in", "blocks.0", "kjv_gpt2", "shift_map"]
     assert identifiers_in("GPT-2 and MiniLM, `gpt2`, $W_E$, {{< var gpt2.helix.top3 >}}, @fig-x_y, two blocks.") == []

@@ -133,22 +133,36 @@ NOTICE = "@sec-data-weights"
 """The one place the book says what each checkpoint holds, which every note of a skipped analysis points to."""
 
 
+MODEL_WORDS = {"gpt2": "GPT-2", "gpt1": "GPT-1", "all-MiniLM-L6-v2": "MiniLM", "kjv-gpt2": "the model trained here",
+               "kjv-gpt2-seed1": "the second seed of the model trained here"}
+"""A model as the book's prose names it (a note of a skipped analysis is read in a chapter); others by their id."""
+
+TENSOR_WORDS = (("tokenizer", "tokenizer"), ("W_E", "token embeddings"), ("blocks.*.mlp.", "MLP weights"), ("blocks.*.attn.", "attention weights"),
+                ("lm_head", "output layer"), ("E_centred.", "principal components of the token embeddings"))
+"""What a checkpoint tensor is, in words (by prefix), where a note of a skipped analysis says what its checkpoint lacks."""
+
+
 def status_note(job: Job, manifest: dict) -> str:
     """The status.md a chapter includes where an analysis's results would be: nothing when it was computed (where a
     number comes from is told by its link, its figure's caption and the provenance appendix, not in the reading
-    text); one line when it was skipped, pointing to the book's one notice of what each checkpoint holds (the whole
-    reason, with the command that computes it, is in the manifest, `explain` and the provenance appendix)."""
+    text); one line in the reader's words when it was skipped ("not computed for GPT-2: this edition's checkpoint has
+    no MLP weights"), pointing to the book's one notice of what each checkpoint holds (the whole reason, with the
+    tensors by name and the command that computes it, is in the manifest, `explain` and the provenance appendix)."""
     if manifest["status"] != "skipped":
         return ""
     missing = job.source.missing(job.needs)
     if unread_family(job.source.shape.family) in missing:
-        why = "no reading of its blocks is written"
+        why = "the report reads no blocks of its design"
     elif MODELS[job.source.name].recipe is None and all(m.startswith("history.") or m == TRAINING_RECORD
                                                         for m in missing):
         why = "only a model trained here has a training history"
     else:
-        why = f"its checkpoint lacks {', '.join(f'`{m}`' for m in missing)}"
-    return f"*{job.analysis.title}: not computed for {job.source.name}, as {why} ({NOTICE}).*\n"
+        words = list(dict.fromkeys(next((w for prefix, w in TENSOR_WORDS if m.startswith(prefix)), "other weights")
+                                   for m in missing))
+        why = "this edition's checkpoint has no " + (" or ".join([", ".join(words[:-1]), words[-1]]) if len(words) > 1
+                                                    else words[0])
+    model = MODEL_WORDS.get(job.source.name, job.source.name)
+    return f"*{job.analysis.title}: not computed for {model}: {why} ({NOTICE}).*\n"
 
 
 def skip_reason(job: Job, missing: list[str]) -> str:

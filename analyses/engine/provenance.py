@@ -17,6 +17,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
@@ -227,29 +228,31 @@ PRINTED_NUMBER = re.compile(r"(?P<sign>[-+]?)(?P<int>\d{1,3}(?:,\d{3})+|\d+)(?:\
                             r"(?:e(?P<exp>[-+]?\d+))?(?P<percent>%?)")
 
 
-def resolution(text: str) -> tuple[float, str] | None:
-    """Half a unit in the last printed digit of a number as printed ("0.79", "90.4%", "2.54e-41", "1,024"), the
-    most a correctly rounded print can be off by, with its words ("0.005", "0.05 percentage points", "5e−44");
-    None for text that is not one number."""
-    match = PRINTED_NUMBER.fullmatch(text.strip())
-    if match is None:
-        return None
-    decimals = len(match["frac"] or "")
-    if match["exp"] is not None:
-        exponent = int(match["exp"]) - decimals - 1
-        return 5 * 10.0 ** exponent, printed(f"5e{exponent}") if exponent < 0 else str(5 * 10 ** exponent)
-    half = f"{0.5 * 10.0 ** -decimals:.{decimals + 1}f}"
-    if match["percent"]:
-        return float(half) / 100, f"{half} percentage points"
-    return float(half), half
+class Printed(NamedTuple):
+    """A number as printed: its value (a percentage as a fraction), half a unit in its last printed digit (the most
+    a correctly rounded print can be off by) and that half unit in words ("0.005", "0.05 percentage points",
+    "5e−44")."""
+
+    value: float
+    half: float
+    words: str
 
 
-def _as_printed(text: str) -> float | None:
+def read_printed(text: str) -> Printed | None:
+    """The number `text` prints ("0.79", "90.4%", "2.54e-41", "1,024"); None for text that is not one number."""
     match = PRINTED_NUMBER.fullmatch(text.strip())
     if match is None:
         return None
     number = float(text.strip().replace(",", "").rstrip("%"))
-    return number / 100 if match["percent"] else number
+    decimals = len(match["frac"] or "")
+    if match["exp"] is not None:
+        exponent = int(match["exp"]) - decimals - 1
+        return Printed(number, 5 * 10.0 ** exponent,
+                       printed(f"5e{exponent}") if exponent < 0 else str(5 * 10 ** exponent))
+    half = f"{0.5 * 10.0 ** -decimals:.{decimals + 1}f}"
+    if match["percent"]:
+        return Printed(number / 100, float(half) / 100, f"{half} percentage points")
+    return Printed(number, float(half), half)
 
 
 def precision(cited: Cited) -> str:
@@ -261,13 +264,13 @@ def precision(cited: Cited) -> str:
         return "printed as computed"
     if str(accuracy.get("basis", "")).startswith("a bound"):
         return accuracy_text(accuracy)
-    found, shown = resolution(cited.text), _as_printed(cited.text)
+    found = read_printed(cited.text)
     exact = not (accuracy.get("rel") or accuracy.get("abs"))
-    if exact and shown is not None and abs(shown - cited.value) <= 1e-12 * max(1.0, abs(cited.value)):
+    if exact and found is not None and abs(found.value - cited.value) <= 1e-12 * max(1.0, abs(cited.value)):
         return "exact"
     if found is None:
         return f"declared accuracy {cited.accuracy_text}"
-    return f"the computation fixes it to within {found[1]}"
+    return f"the computation fixes it to within {found.words}"
 
 
 def tooltip(cited: Cited) -> str:
@@ -335,54 +338,6 @@ def recompute(cited: Cited, job, cache: Cache) -> tuple[str, int]:
 SCOPE_WORDS = {"gpt2": "GPT-2", "gpt1": "GPT-1", "minilm": "MiniLM", "kjv_gpt2": "trained model",
                "kjv_gpt2_seed1": "second seed", "common": "no model"}
 """A cache scope as a figure caption's provenance link names it (a model, or "no model" for the shared entries)."""
-
-MODEL_WORDS = {"gpt2": "GPT-2", "gpt1": "GPT-1", "all-MiniLM-L6-v2": "MiniLM", "kjv-gpt2": "the model trained here",
-               "kjv-gpt2-seed1": "the second seed of the model trained here"}
-"""A model as the book's prose names it, where a note of the engine names it by its id."""
-
-TENSOR_WORDS = (("W_E", "token embeddings"), ("blocks.*.mlp.", "MLP weights"), ("blocks.*.attn.", "attention weights"),
-                ("lm_head", "output layer"), ("E_centred.", "principal components of the token embeddings"))
-"""What a checkpoint tensor is, in words (by prefix), where a note of a skipped analysis names the tensors it lacks."""
-
-SKIP_NOTE = re.compile(r"\*(?P<title>.+): not computed for (?P<model>.+?), as (?P<why>.+) \((?P<notice>@[\w-]+)\)\.\*")
-"""The one line `engine.pipeline.status_note` writes to a skipped analysis's status.md."""
-
-
-def _note_key(markdown: str) -> str:
-    """A note's text as report/_scripts/provenance.lua finds it in a chapter: no emphasis or code marks, straight
-    apostrophes, single spaces."""
-    return " ".join(markdown.strip().strip("*").replace("`", "").replace("\u2019", "'").split())
-
-
-def plain_note(markdown: str) -> str | None:
-    """A skipped analysis's note in the reader's words: "not computed for GPT-2: this edition's checkpoint has no
-    MLP weights" for "not computed for gpt2, as its checkpoint lacks `blocks.*.mlp.W_in`"; None for another text.
-    The engine writes the identifiers (its status.md is part of the cached entry); the book prints this."""
-    match = SKIP_NOTE.fullmatch(markdown.strip())
-    if match is None:
-        return None
-    why = match["why"]
-    if why.startswith("its checkpoint lacks"):
-        words = list(dict.fromkeys(next((w for prefix, w in TENSOR_WORDS if name.startswith(prefix)), "other weights")
-                                   for name in re.findall(r"`([^`]+)`", why)))
-        why = "this edition's checkpoint has no " + (" or ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1
-                                                                    else words))
-    elif why == "no reading of its blocks is written":
-        why = "the report reads no blocks of its design"
-    model = MODEL_WORDS.get(match["model"], match["model"])
-    return f"*{match['title']}: not computed for {model}: {why} ({match['notice']}).*"
-
-
-def skip_notes(root: Path, entries: dict[str, Entry]) -> dict[str, str]:
-    """Each skipped entry's status.md note (as `_note_key` finds it) and the note in words that the book prints."""
-    cache, notes = Cache.at(root), {}
-    for entry in entries.values():
-        note = cache.entry(entry.scope, entry.name) / "status.md"
-        text = note.read_text(encoding="utf-8") if entry.status == "skipped" and note.is_file() else ""
-        if plain := plain_note(text):
-            notes[_note_key(text)] = plain
-    return dict(sorted(notes.items()))
-
 
 # --- the generated page and the filter's data -------------------------------------------------------------
 
@@ -563,12 +518,11 @@ class Provenance:
     entries: dict[str, Entry]
     cited: dict[str, Cited]
     cites: Citations
-    notes: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, root: Path) -> Provenance:
         entries, cited = records(root)
-        return cls(entries, cited, citations(root), skip_notes(root, entries))
+        return cls(entries, cited, citations(root))
 
     def unresolved(self) -> list[str]:
         """Keys the book cites that no verified entry holds, and cited figures of no verified entry."""
@@ -608,7 +562,7 @@ class Provenance:
                 model = "" if entry.scope == "common" else f", for {name}"
                 title = f"Drawn by the analysis “{entry.title}”{model}: the link shows its code, parameters, inputs"
                 figures[label] = {"anchor": entry.anchor, "name": name, "title": title}
-        return json.dumps({"keys": keys, "figures": figures, "notes": self.notes}, indent=1, sort_keys=True,
+        return json.dumps({"keys": keys, "figures": figures}, indent=1, sort_keys=True,
                           ensure_ascii=False) + "\n"
 
     def files(self) -> dict[Path, str]:

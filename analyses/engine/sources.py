@@ -212,6 +212,8 @@ GRID = {
     "kjv-gpt2-ctx512": _context(MAIN_RECIPE, 512),
     "kjv-gpt2-sigma01": replace(MAIN_RECIPE, position_init_std=0.01),
     "kjv-gpt2-sinusoidal": replace(MAIN_RECIPE, positions=FIXED_POSITIONS, position_init_std=SINUSOIDAL_RMS),
+    "kjv-gpt2-poswd0": replace(MAIN_RECIPE, position_weight_decay=0.0, threads=1),
+    "kjv-gpt2-poswd1": replace(MAIN_RECIPE, position_weight_decay=1.0, threads=1),
     "kjv-small": GRID_BASE,
     "kjv-small-sigma01": replace(GRID_BASE, position_init_std=0.01),
     "kjv-small-warmup100": replace(GRID_BASE, warmup=100),

@@ -121,22 +121,7 @@ local function append_to(blocks, span)
   return false
 end
 
--- A note of a skipped analysis, found by its text (as analyses/engine/provenance.py's _note_key writes it:
--- no emphasis or code marks, straight apostrophes, single spaces), in words.
-local function note_key(para)
-  local text = pandoc.utils.stringify(para):gsub("\u{2019}", "'"):gsub("%s+", " ")
-  return (text:gsub("^ ", ""):gsub(" $", ""))
-end
-
 local mark = {
-  {
-    Para = function(para)
-      local words = provenance().notes and provenance().notes[note_key(para)]
-      if words then
-        return pandoc.read(words, "markdown").blocks
-      end
-    end,
-  },
   {
     Span = function(el)
       if el.classes:includes("quarto-shortcode__") then
