@@ -123,3 +123,51 @@ def test_the_first_steps_of_a_committed_run_rerun_from_the_seed(name):
     assert diff.max() <= 2 * sum(learning_rate(recipe, s) for s in range(1, steps + 1))
     assert np.mean(diff > 1e-5) < 1e-3
     np.testing.assert_array_equal(source.tensors["history.W_pos"][-1], source.tensors["W_pos"])
+
+
+# ------------------------------------------------------------------------------------------- the analysis
+
+
+def test_a_perfect_cosine_sine_table_has_equal_pair_a_known_period_and_its_frequency():
+    """P[n] = (cos 2πn/T, sin 2πn/T, 0, …) with T = 32 over 256 positions (8 whole cycles): λ2/λ1 = 1, the top two
+    components hold everything, the period is T and both coordinates' fitted frequency 8 cycles per context."""
+    from analyses.synthetic_positions import top_pair_cycles
+    from analyses.toolkit.table_shape import table_shape
+
+    n, T = np.arange(256), 32
+    P = np.zeros((256, 64))
+    P[:, 0], P[:, 1] = np.cos(2 * np.pi * n / T), np.sin(2 * np.pi * n / T)
+    shape = table_shape(P, edge=64)
+    assert shape["pair_ratio"] == pytest.approx(1.0, abs=1e-9)
+    assert shape["top3"] == pytest.approx(1.0, abs=1e-9) and shape["pc1"] == pytest.approx(0.5, abs=1e-9)
+    assert shape["period"] == pytest.approx(T, rel=1e-6)
+    assert shape["turns"] == pytest.approx(255 / T, rel=0.01)
+    np.testing.assert_allclose(top_pair_cycles(P, pad=16), [256 / T, 256 / T], rtol=1e-6)
+    P[:, 1] *= 0.5  # an ellipse: λ2/λ1 = 1/4, the same frequency
+    assert table_shape(P, edge=64)["pair_ratio"] == pytest.approx(0.25, abs=1e-9)
+
+
+def _heads(W_K_top: np.ndarray):
+    """Tensors of one layer-0 head reading P's top three directions (the first three axes) with W_Q = I there and
+    W_K = `W_K_top` there, unit LayerNorm gain: its form is W_K_topᵀ / √3, up to the basis's signs."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(0)
+    P = np.zeros((32, 8))
+    P[:, :3] = rng.standard_normal((32, 3)) * [3.0, 2.0, 1.0]
+    W_Q, W_K = np.zeros((1, 8, 3)), np.zeros((1, 8, 3))
+    W_Q[0, :3], W_K[0, :3] = np.eye(3), W_K_top
+    tensors = {"W_pos": P, "blocks.0.ln1.w": np.ones(8), "blocks.0.ln1.b": np.zeros(8),
+               "blocks.0.attn.W_Q": W_Q, "blocks.0.attn.W_K": W_K}
+    return tensors, SimpleNamespace(family="gpt2", ln_eps=1e-5, n_heads=1)
+
+
+def test_the_antisymmetric_share_of_a_rotating_head_is_one_and_of_a_symmetric_head_zero():
+    """The layer-0 measure on heads of known forms: a rotation generator J (1), the identity (0), and I + J
+    (‖J‖/‖I + J‖ with J of norm √2 and I of norm √3)."""
+    from analyses.synthetic_positions import layer0_antisymmetric_shares
+
+    J = np.array([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    assert layer0_antisymmetric_shares(*_heads(J), n_components=3) == pytest.approx([1.0])
+    assert layer0_antisymmetric_shares(*_heads(np.eye(3)), n_components=3) == pytest.approx([0.0], abs=1e-12)
+    assert layer0_antisymmetric_shares(*_heads(np.eye(3) + J), n_components=3) == pytest.approx([np.sqrt(2 / 5)])

@@ -54,6 +54,18 @@ def model_dir(name: str) -> Path:
     return directory
 
 
+def run_inputs(runs: tuple[str, ...], files: tuple[str, ...]) -> dict[str, str]:
+    """{'models/<run>/<file>': sha256} of the named files of each committed run (an analysis's data)."""
+    out = {}
+    for name in runs:
+        for file in files:
+            path = model_dir(name) / file
+            if not path.is_file():
+                raise ValueError(f"{path} is missing: python -m analyses train --model {name}")
+            out[f"models/{name}/{file}"] = sha256_file(path)
+    return out
+
+
 def code_digest(recipe: Recipe) -> str:
     """sha256 over the source of what decides a run's output: the training toolkit, how the corpus is read
     and split, and how the history is written (not the rest of this module, which only files and reports); for a
