@@ -79,6 +79,35 @@ def test_a_recipe_must_use_its_tasks_vocabulary_and_a_bad_task_is_refused():
 
 # ------------------------------------------------------------------------------------------------- training
 
+
+def test_the_task_loss_and_accuracy_count_the_scored_positions_only():
+    """The training loss is the mean of −log softmax at the target over the scored positions (numpy, directly); the
+    held-out accuracy is the share of scored positions whose argmax is the target (logits built to be right at
+    exactly the first 40 % of them)."""
+    import torch
+    from types import SimpleNamespace
+
+    from analyses.toolkit.synthetic_tasks import evaluate, masked_loss
+
+    rng = np.random.default_rng(3)
+    inputs, targets, mask = offsets_batch(rng, 6, 40, OFFSETS, n_content=64)
+    logits = rng.standard_normal((6, 40, 68))
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    log_p = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    expected = -np.take_along_axis(log_p, np.where(mask, targets, 0)[..., None], axis=-1)[..., 0][mask].mean()
+    assert float(masked_loss(torch.from_numpy(logits), torch.from_numpy(targets))) == pytest.approx(expected, rel=1e-12)
+    right = np.zeros(mask.sum(), dtype=bool)
+    right[:int(0.4 * mask.sum())] = True
+    built = np.zeros((6, 40, 68), dtype=np.float32)
+    rows, cols = np.nonzero(mask)
+    built[rows[right], cols[right], targets[mask][right]] = 1.0  # right here, wrong at the other scored positions
+    built[rows[~right], cols[~right], (targets[mask][~right] + 1) % 64] = 1.0
+    stub = type("Stub", (), {"eval": lambda self: None, "train": lambda self: None,
+                             "__call__": lambda self, ids: SimpleNamespace(logits=torch.from_numpy(built))})()
+    _, accuracy = evaluate(stub, (inputs, targets, mask))
+    assert accuracy == pytest.approx(right.mean())
+
+
 TINY = dict(n_ctx=32, d_model=32, n_layers=1, n_heads=2, batch=4, steps=6, warmup=2, eval_windows=4, snapshots=3,
             first_snapshot=2, eval_every=2, threads=1)
 
