@@ -3,9 +3,10 @@
 `synthetic_positions` reads the committed runs on the synthetic tasks (`engine.sources.SYNTHETIC`: the token 2, 5,
 8 or 12 positions back; the bucket of the distance to a marked token) and measures each table with the definitions
 the text runs get (`toolkit.table_shape`: top-3 and PC1 shares, λ2/λ1, turns around the helix's own axis, the
-period where the bulk holds a turn, the Toeplitz share), at the last step and at every snapshot; the spectral
-frequency of the top two principal coordinates (`toolkit.sinusoids.dominant_frequency`, cycles per context, and its
-period in positions); the task's held-out loss and accuracy against a uniform guess; and each layer-0 head's
+period where the bulk holds a turn, the Toeplitz share), at the last step and at every snapshot; the spectrum of
+the top pair (the power of the top two principal coordinates summed, which no rotation within their plane changes:
+its two strongest frequencies in cycles per context, with their periods and shares of the pair's power; the first
+three components' variance shares, since a near-tie of the third with the pair mixes it into them); the task's held-out loss and accuracy against a uniform guess; and each layer-0 head's
 antisymmetric share of its positional query-key form on P's top directions (`toolkit.attention.qk_form` and
 `antisymmetric_share`, GPT-2's layer-0 measure in `positional_qk`). Beside them, the same shape numbers for i.i.d.
 Gaussian tables of the runs' shape (seeded draws): the null a table's structure must beat.
@@ -16,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyses.engine.registry import register
-from analyses.engine.results import FITTED, Accuracy, Number, Result, Table, Text, period_or_undefined
+from analyses.engine.results import Accuracy, Number, Result, Table, Text, period_or_undefined
 from analyses.engine.shapes import ModelShape
 from analyses.engine.sources import SYNTHETIC, SYNTHETIC_GROUP, open_source
 from analyses.engine.tensors import HISTORY_FILE, RECORD_FILE, read_training_record
@@ -24,8 +25,8 @@ from analyses.engine.training import TASK_ACCURACY, model_dir, run_inputs
 from analyses.toolkit import plotting
 from analyses.toolkit.attention import antisymmetric_share, position_inputs, qk_form
 from analyses.toolkit.helix_period import EDGE, principal_coordinates
-from analyses.toolkit.linalg import top_right_singular_vectors
-from analyses.toolkit.sinusoids import dominant_frequency
+from analyses.toolkit.linalg import explained_variance_ratio, top_right_singular_vectors
+from analyses.toolkit.surrogates import power_spectrum
 from analyses.toolkit.synthetic_tasks import SyntheticRecipe, chance_loss
 from analyses.toolkit.table_shape import FORMATS, LABELS, MEASURES, NO_HELIX, reference_shapes, run_shapes, shown_turns
 
@@ -45,10 +46,14 @@ def synthetic_inputs() -> dict[str, str]:
     return run_inputs(RUNS, (HISTORY_FILE, RECORD_FILE, "model.safetensors"))
 
 
-def top_pair_cycles(P: np.ndarray, pad: int) -> tuple[float, float]:
-    """Cycles per context of the sinusoid fitted to each of the table's top two principal coordinates."""
-    Z = principal_coordinates(P, 2)
-    return dominant_frequency(Z[:, 0], pad), dominant_frequency(Z[:, 1], pad)
+def pair_spectrum_peaks(P: np.ndarray, n_peaks: int) -> tuple[np.ndarray, np.ndarray]:
+    """(cycles, shares): the `n_peaks` frequencies (cycles per context, rfft bins 1 … n/2) where the top two principal
+    coordinates' summed power is largest, strongest first, and each one's share of that power over those bins. The
+    sum is the same for any orthonormal basis of the pair's plane, so a rotation of PC1 and PC2 within it (two
+    near-equal variances) changes nothing."""
+    power = power_spectrum(principal_coordinates(P, 2)).sum(axis=1)[1:]
+    order = np.argsort(power)[::-1][:n_peaks]
+    return order + 1, power[order] / power.sum()
 
 
 def layer0_antisymmetric_shares(tensors, shape: ModelShape, n_components: int) -> np.ndarray:
@@ -62,7 +67,7 @@ def layer0_antisymmetric_shares(tensors, shape: ModelShape, n_components: int) -
 
 
 def synthetic_positions(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int, n_components: int,
-                        pad: int) -> Result:
+                        n_peaks: int) -> Result:
     """The shape of each synthetic run's table at the end and over training, its top pair's frequency, its task
     loss and accuracy, its layer-0 heads' antisymmetric shares, and the Gaussian tables of the same shape."""
     from safetensors.numpy import load_file
@@ -85,12 +90,15 @@ def synthetic_positions(*, runs: tuple[str, ...], n_draws: int, seed: int, edge:
                     for m in MEASURES if m != "turns"}
         numbers[f"{key}_turns"] = (Number(final["turns"], FORMATS["turns"], f"{name}: turns at the last step")
                                    if np.isfinite(final["turns"]) else Text(NO_HELIX, f"{name}: no row on the helix"))
-        cycles = top_pair_cycles(W[-1], pad)
-        for i, c in enumerate(cycles, start=1):
-            numbers[f"{key}_pc{i}_cycles"] = Number(c, ".0f", f"{name}: PC{i}'s fitted frequency (cycles per context)",
-                                                    FITTED)
-            numbers[f"{key}_pc{i}_period"] = Number(n_ctx / c, ".1f", f"{name}: PC{i}'s period (positions per cycle)",
-                                                    FITTED)
+        cycles, power = pair_spectrum_peaks(W[-1], n_peaks)
+        for i, (c, share) in enumerate(zip(cycles, power), start=1):
+            numbers[f"{key}_pair_peak{i}_cycles"] = Number(int(c), "d", f"{name}: the top pair's peak {i} in power "
+                                                           "(cycles per context)")
+            numbers[f"{key}_pair_peak{i}_period"] = Number(n_ctx / int(c), ".1f", f"{name}: its period (positions)")
+            numbers[f"{key}_pair_peak{i}_share"] = Number(float(share), ".0%", f"{name}: its share of the pair's power")
+        ratios = explained_variance_ratio(W[-1])
+        numbers |= {f"{key}_pc{i}_share": Number(float(ratios[i - 1]), ".1%", f"{name}: PC{i}'s share of the variance")
+                    for i in (2, 3)}
         ratio = trajectory[:, MEASURES.index("pair_ratio")]
         steps = h["history.steps"]
         wound = np.flatnonzero(ratio >= WOUND)
@@ -122,7 +130,8 @@ def synthetic_positions(*, runs: tuple[str, ...], n_draws: int, seed: int, edge:
                    f"{key}_eval_accuracy": h[TASK_ACCURACY], f"{key}_antisymmetric": shares}
         rows.append((key, recipe.steps, *trajectory[-1][:3], shown_turns(final["turns"]),
                      final["period"] if np.isfinite(final["period"]) else "undefined", final["toeplitz"],
-                     cycles[0], cycles[1], loss, accuracy, float(shares.max())))
+                     int(cycles[0]), float(power[0]), int(cycles[1]), float(power[1]), loss, accuracy,
+                     float(shares.max())))
     for n, d in sorted(shapes):
         draws = reference_shapes((n, d), n_draws, seed, edge)["gaussian"]
         arrays[f"gaussian{n}x{d}"] = draws
@@ -134,14 +143,14 @@ def synthetic_positions(*, runs: tuple[str, ...], n_draws: int, seed: int, edge:
                                                              f"Gaussian table {n} × {d}: largest {LABELS[m]} of the draws")
         means = draws.mean(axis=0)
         rows.append((f"Gaussian table, {n} × {d} (mean of {n_draws})", "—", *means[:3], shown_turns(means[3]), "—",
-                     means[5], "—", "—", "—", "—", "—"))
+                     means[5], "—", "—", "—", "—", "—", "—", "—"))
     columns = ("run", "steps", *(LABELS[m] for m in MEASURES[:4]), LABELS["period"], LABELS["toeplitz"],
-               "PC1 cycles", "PC2 cycles", "held-out loss", "accuracy", "largest antisymmetric share")
-    formats = {LABELS[m]: FORMATS[m] for m in MEASURES} | {"PC1 cycles": ".0f", "PC2 cycles": ".0f",
+               "pair's peak 1 (cycles)", "peak 1 share", "peak 2 (cycles)", "peak 2 share", "held-out loss", "accuracy",
+               "largest antisymmetric share")
+    formats = {LABELS[m]: FORMATS[m] for m in MEASURES} | {"peak 1 share": ".0%", "peak 2 share": ".0%",
                                                            "held-out loss": ".2f", "accuracy": ".1%", "steps": ",d",
                                                            "largest antisymmetric share": ".2f"}
-    return Result(numbers, {"synthetic": Table(columns, tuple(rows), formats,
-                                               {"PC1 cycles": FITTED, "PC2 cycles": FITTED})}, arrays)
+    return Result(numbers, {"synthetic": Table(columns, tuple(rows), formats)}, arrays)
 
 
 def plot_components(result: Result, shape: ModelShape | None):
@@ -170,5 +179,5 @@ def plot_components(result: Result, shape: ModelShape | None):
 
 register("synthetic_positions", "What a task that needs offset-invariant attention grows in the position table",
          synthetic_positions, scope="common",
-         params={"runs": RUNS, "n_draws": 20, "seed": 0, "edge": EDGE, "n_components": 3, "pad": 16},
+         params={"runs": RUNS, "n_draws": 20, "seed": 0, "edge": EDGE, "n_components": 3, "n_peaks": 2},
          data=synthetic_inputs, figures={"components": plot_components}, groups=(SYNTHETIC_GROUP,))

@@ -159,8 +159,9 @@ def test_the_first_steps_of_a_committed_run_rerun_from_the_seed(name):
 
 def test_a_perfect_cosine_sine_table_has_equal_pair_a_known_period_and_its_frequency():
     """P[n] = (cos 2πn/T, sin 2πn/T, 0, …) with T = 32 over 256 positions (8 whole cycles): λ2/λ1 = 1, the top two
-    components hold everything, the period is T and both coordinates' fitted frequency 8 cycles per context."""
-    from analyses.synthetic_positions import top_pair_cycles
+    components hold everything, the period is T and the pair's power all at 8 cycles per context, in any frame; an
+    ellipse of half the minor axis has λ2/λ1 = 1/4, and a third cycle stronger than that minor axis enters the pair."""
+    from analyses.synthetic_positions import pair_spectrum_peaks
     from analyses.toolkit.table_shape import table_shape
 
     n, T = np.arange(256), 32
@@ -171,9 +172,16 @@ def test_a_perfect_cosine_sine_table_has_equal_pair_a_known_period_and_its_frequ
     assert shape["top3"] == pytest.approx(1.0, abs=1e-9) and shape["pc1"] == pytest.approx(0.5, abs=1e-9)
     assert shape["period"] == pytest.approx(T, rel=1e-6)
     assert shape["turns"] == pytest.approx(255 / T, rel=0.01)
-    np.testing.assert_allclose(top_pair_cycles(P, pad=16), [256 / T, 256 / T], rtol=1e-6)
-    P[:, 1] *= 0.5  # an ellipse: λ2/λ1 = 1/4, the same frequency
+    R = np.linalg.qr(np.random.default_rng(0).standard_normal((64, 64)))[0]
+    for frame in (np.eye(64), R):
+        cycles, shares = pair_spectrum_peaks(P @ frame, n_peaks=1)
+        assert cycles[0] == 256 // T and shares[0] == pytest.approx(1.0)
+    P[:, 1] *= 0.5
     assert table_shape(P, edge=64)["pair_ratio"] == pytest.approx(0.25, abs=1e-9)
+    P[:, 2] = 0.6 * np.cos(2 * np.pi * 3 * n / 256)  # variance 0.18 against the minor axis's 0.125
+    cycles, shares = pair_spectrum_peaks(P, n_peaks=2)
+    np.testing.assert_array_equal(cycles, [8, 3])
+    np.testing.assert_allclose(shares, [0.5 / 0.68, 0.18 / 0.68])
 
 
 def _heads(W_K_top: np.ndarray):

@@ -235,13 +235,16 @@ SYNTHETIC_MODEL = dict(n_ctx=256, d_model=64, n_layers=2, n_heads=4, batch=32, s
 """The synthetic runs' model and schedule: two layers, four heads, width 64, context 256, batch 32, lr 2e-3 with 100
 warm-up steps and a cosine to zero, decay 0.1 on every matrix, positions N(0, 0.005²); 2,000 steps (not the pilot's
 3,000: at one thread beside the other runs a step took about 0.45 s, and a run has a quarter of an hour)."""
+OFFSETS_TASK = SyntheticRecipe.for_task("offsets", offsets=(2, 5, 8, 12), **SYNTHETIC_MODEL)
 SYNTHETIC = {
-    "synth-offsets": SyntheticRecipe.for_task("offsets", offsets=(2, 5, 8, 12), **SYNTHETIC_MODEL),
+    "synth-offsets": OFFSETS_TASK,
     "synth-buckets": SyntheticRecipe.for_task("buckets", bucket_width=32, **SYNTHETIC_MODEL),
+    "synth-offsets-seed1": replace(OFFSETS_TASK, seed=1),
 }
 """Runs on synthetic tasks (`toolkit.synthetic_tasks`) that no absolute position helps: the token 2, 5, 8 or 12
 positions back (named by a marker at position 0; offsets of both parities, since all-odd offsets grow a parity code),
-and the bucket of 32 positions that the distance to a marked token falls in (8 buckets over the context)."""
+and the bucket of 32 positions that the distance to a marked token falls in (8 buckets over the context); the
+offsets task again from another seed."""
 
 
 MODELS: dict[str, ModelSpec] = {

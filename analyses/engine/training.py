@@ -4,10 +4,14 @@ A trained model's directory holds what transformers' `save_pretrained` writes fo
 `model.safetensors`, the tokenizer files), so `GPT2LMHeadModel.from_pretrained` and this project's sources both
 load it; `history.safetensors`, its training history (the position table and the token embeddings' centred
 spectrum at each snapshot step, the loss curves); `training.json`, its provenance (recipe, corpus digest, code
-digest, machine, throughput); and `SHA256SUMS` over every other file, which every load checks.
+digest, machine, throughput); and `SHA256SUMS` over every other file, which every load checks. A run on a
+synthetic task (`toolkit.synthetic_tasks.SyntheticRecipe`) is written the same way by the same writer, without a
+tokenizer (its ids are the task's), its history holding the held-out accuracy too, its record the task in place of
+the corpus.
 
 Staleness. The job's fingerprint is the recipe, the corpus file's SHA-256 and the digest of the code that trains
-(`toolkit.training`, the corpus reader, the split and the history's layout). `run` never trains: a stale or missing model is reported by
+(`toolkit.training`, the corpus reader, the split and the history's layout; for a synthetic task, the task's module
+in place of the corpus). `run` never trains: a stale or missing model is reported by
 `status` and `train`, and only `python -m analyses train` (minutes; the recipe states the budget) replaces it.
 The new directory is built beside the old one and swapped in at once, so an interrupted run leaves the old model.
 """
