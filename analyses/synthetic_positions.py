@@ -33,7 +33,10 @@ from analyses.toolkit.table_shape import FORMATS, LABELS, MEASURES, NO_HELIX, re
 RUNS = tuple(SYNTHETIC)
 RECORDED = Accuracy(basis="exact: read from the committed training record")
 WOUND = 0.5
-"""λ2/λ1 from which a snapshot counts as holding a cosine–sine pair (the issue's threshold for a helix)."""
+"""λ2/λ1 from which a snapshot after the ratio's smallest counts as holding a pair (the issue's threshold for a
+helix). Before it means nothing: a table near its Gaussian initialisation has λ2/λ1 near 1 and no structure."""
+PERIOD_FORMAT = ".1f"
+"""The period printed to a tenth of a position: these tables turn in a few positions, GPT-2's in hundreds."""
 
 
 def run_key(name: str) -> str:
@@ -86,7 +89,8 @@ def synthetic_positions(*, runs: tuple[str, ...], n_draws: int, seed: int, edge:
         final = dict(zip(MEASURES, trajectory[-1]))
         n_ctx = W.shape[1]
         shapes.add(W.shape[1:])
-        numbers |= {f"{key}_{m}": period_or_undefined(final[m], FORMATS[m], f"{name}: {LABELS[m]} at the last step")
+        numbers |= {f"{key}_{m}": period_or_undefined(final[m], FORMATS[m] if m != "period" else PERIOD_FORMAT,
+                                                      f"{name}: {LABELS[m]} at the last step")
                     for m in MEASURES if m != "turns"}
         numbers[f"{key}_turns"] = (Number(final["turns"], FORMATS["turns"], f"{name}: turns at the last step")
                                    if np.isfinite(final["turns"]) else Text(NO_HELIX, f"{name}: no row on the helix"))
@@ -101,10 +105,17 @@ def synthetic_positions(*, runs: tuple[str, ...], n_draws: int, seed: int, edge:
                     for i in (2, 3)}
         ratio = trajectory[:, MEASURES.index("pair_ratio")]
         steps = h["history.steps"]
-        wound = np.flatnonzero(ratio >= WOUND)
+        lowest = int(np.argmin(ratio))
+        wound = lowest + np.flatnonzero(ratio[lowest:] >= WOUND)
         late = steps >= steps[-1] / 2
-        numbers[f"{key}_wound_step"] = (Number(int(steps[wound[0]]), ",d", f"{name}: first snapshot with λ2/λ1 ≥ {WOUND}")
-                                        if len(wound) else Text("never", f"{name}: no snapshot has λ2/λ1 ≥ {WOUND}"))
+        numbers |= {
+            f"{key}_pair_ratio_min": Number(float(ratio[lowest]), ".2f", f"{name}: smallest λ2/λ1 over the snapshots"),
+            f"{key}_pair_ratio_min_step": Number(int(steps[lowest]), ",d", f"{name}: the snapshot where it is smallest"),
+            f"{key}_pc1_at_pair_ratio_min": Number(float(trajectory[lowest, MEASURES.index("pc1")]), ".0%",
+                                                   f"{name}: PC1's share there")}
+        numbers[f"{key}_wound_step"] = (
+            Number(int(steps[wound[0]]), ",d", f"{name}: first snapshot after the smallest λ2/λ1 with λ2/λ1 ≥ {WOUND}")
+            if len(wound) else Text("never", f"{name}: no snapshot after the smallest λ2/λ1 has λ2/λ1 ≥ {WOUND}"))
         numbers[f"{key}_late_pair_ratio_min"] = Number(float(ratio[late].min()), ".2f",
                                                        f"{name}: smallest λ2/λ1 over the second half's snapshots")
         numbers[f"{key}_late_pair_ratio_max"] = Number(float(ratio[late].max()), ".2f",
@@ -147,7 +158,8 @@ def synthetic_positions(*, runs: tuple[str, ...], n_draws: int, seed: int, edge:
     columns = ("run", "steps", *(LABELS[m] for m in MEASURES[:4]), LABELS["period"], LABELS["toeplitz"],
                "pair's peak 1 (cycles)", "peak 1 share", "peak 2 (cycles)", "peak 2 share", "held-out loss", "accuracy",
                "largest antisymmetric share")
-    formats = {LABELS[m]: FORMATS[m] for m in MEASURES} | {"peak 1 share": ".0%", "peak 2 share": ".0%",
+    formats = {LABELS[m]: FORMATS[m] for m in MEASURES} | {LABELS["period"]: PERIOD_FORMAT,
+                                                           "peak 1 share": ".0%", "peak 2 share": ".0%",
                                                            "held-out loss": ".2f", "accuracy": ".1%", "steps": ",d",
                                                            "largest antisymmetric share": ".2f"}
     return Result(numbers, {"synthetic": Table(columns, tuple(rows), formats)}, arrays)
@@ -167,7 +179,7 @@ def plot_components(result: Result, shape: ModelShape | None):
             left.plot(n, Z[:, i], lw=0.8, color=f"C{i}", label=f"PC{i + 1}")
         left.set_xlabel("position")
         left.set_ylabel(f"{key}: coordinate")
-        left.legend(fontsize=plotting.MIN_FONT, ncols=3, loc="upper right")
+        left.legend(fontsize=plotting.MIN_FONT, ncols=3, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
         points = right.scatter(Z[:, 0], Z[:, 1], c=n, cmap=plotting.POSITION, s=4)
         right.plot(Z[:, 0], Z[:, 1], lw=0.3, color="0.6")
         right.set_xlabel("PC1")
@@ -179,5 +191,5 @@ def plot_components(result: Result, shape: ModelShape | None):
 
 register("synthetic_positions", "What a task that needs offset-invariant attention grows in the position table",
          synthetic_positions, scope="common",
-         params={"runs": RUNS, "n_draws": 20, "seed": 0, "edge": EDGE, "n_components": 3, "n_peaks": 2},
+         params={"runs": RUNS, "n_draws": 10, "seed": 0, "edge": EDGE, "n_components": 3, "n_peaks": 2},
          data=synthetic_inputs, figures={"components": plot_components}, groups=(SYNTHETIC_GROUP,))
