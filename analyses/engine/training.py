@@ -215,6 +215,7 @@ def train(name: str, recipe: Recipe, progress: bool = True) -> Path:
     if isinstance(recipe, SyntheticRecipe):
         device = "cpu"  # a synthetic run is trained where its first steps are rerun, on CPU threads
     machine = _machine(recipe.threads, device)
+    stated = fingerprint(recipe)  # before training: the source read now is the code that runs, not a later edit of it
     bar, report = _progress_bar(name, recipe, progress)
     if isinstance(recipe, SyntheticRecipe):
         tokenizer = None
@@ -235,12 +236,16 @@ def train(name: str, recipe: Recipe, progress: bool = True) -> Path:
         final = {}
     if bar is not None:
         bar.close()
-    return _write_run(name, recipe, result, tokenizer, data, final, machine)
+    return _write_run(name, recipe, stated, result, tokenizer, data, final, machine)
 
 
-def _write_run(name: str, recipe: Recipe, result: dict, tokenizer, data: dict, final: dict, machine: dict) -> Path:
+def _write_run(name: str, recipe: Recipe, stated: dict, result: dict, tokenizer, data: dict, final: dict,
+               machine: dict) -> Path:
     """Write a trained run's directory beside `models/<name>` (checkpoint, tokenizer where it has one, history,
-    record, SHA256SUMS) and swap it in at once; an interruption leaves the old directory and nothing else."""
+    record with the fingerprint `stated` when training began, SHA256SUMS) and swap it in at once; an interruption
+    leaves the old directory and nothing else. The fingerprint is taken at the start because `inspect.getsource`
+    reads a function's lines from the file as it is now: an edit of the file during a run would shift them, and a
+    digest taken at the end would hash the wrong text."""
     from safetensors.numpy import save_file
 
     final_dir = run_path(name)
@@ -257,7 +262,7 @@ def _write_run(name: str, recipe: Recipe, result: dict, tokenizer, data: dict, f
         flops = training.flops_per_token(recipe)
         files = {f: sha256_file(new / f) for f in sorted(p.name for p in new.iterdir() if p.is_file())}
         record = {
-            "name": name, "fingerprint": fingerprint(recipe), "corpus": data, "machine": machine,
+            "name": name, "fingerprint": stated, "corpus": data, "machine": machine,
             "run": {"seconds": seconds, "tokens": tokens, "tokens_per_second": tokens / seconds,
                     "flops_per_token": flops, "matmul_parameters": training.matmul_parameters(recipe),
                     "parameters": int(sum(p.numel() for p in result["model"].parameters())),
