@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from analyses.engine.registry import register
-from analyses.engine.results import Accuracy, Number, Result, Table, Text, period_or_undefined
+from analyses.engine.results import EXACT, Accuracy, Number, Result, Table, Text, period_or_undefined
 from analyses.engine.shapes import ModelShape
 from analyses.engine.sources import SYNTHETIC, SYNTHETIC_GROUP, open_source
 from analyses.engine.tensors import HISTORY_FILE, RECORD_FILE, read_training_record
@@ -31,6 +31,12 @@ from analyses.toolkit.synthetic_tasks import SyntheticRecipe, chance_loss
 from analyses.toolkit.table_shape import FORMATS, LABELS, MEASURES, NO_HELIX, reference_shapes, run_shapes, shown_turns
 
 RUNS = tuple(SYNTHETIC)
+FIGURE_RUNS = ("synth-offsets", "synth-buckets")
+"""The runs the figure draws, one per task (the look-back task's second seed is in the table)."""
+TASK_WORDS = {"offsets": "look-back task", "buckets": "bucket task"}
+"""How the figure names each task."""
+SHARED_RECIPE = ("n_layers", "n_heads", "d_model", "n_ctx", "batch", "n_content")
+"""Recipe fields every synthetic run shares, cited once."""
 RECORDED = Accuracy(basis="exact: read from the committed training record")
 WOUND = 0.5
 """λ2/λ1 from which a snapshot after the ratio's smallest counts as holding a pair (the issue's threshold for a
@@ -80,9 +86,11 @@ def synthetic_positions(*, runs: tuple[str, ...], n_draws: int, seed: int, edge:
         "n_components": Number(n_components, "d", "top right-singular directions of P the heads' forms are read on"),
         "wound_threshold": Number(WOUND, ".1f", "λ2/λ1 from which a snapshot counts as holding a cosine–sine pair")}
     rows, arrays, shapes = [], {}, set()
+    recipes = {name: SyntheticRecipe.from_dict(read_training_record(model_dir(name) / RECORD_FILE)["fingerprint"]["recipe"])
+               for name in runs}
+    numbers |= recipe_numbers(list(recipes.values()))
     for name in runs:
-        key, recipe = run_key(name), SyntheticRecipe.from_dict(
-            read_training_record(model_dir(name) / RECORD_FILE)["fingerprint"]["recipe"])
+        key, recipe = run_key(name), recipes[name]
         h = load_file(str(model_dir(name) / HISTORY_FILE))
         W = np.asarray(h["history.W_pos"], dtype=np.float64)
         trajectory = run_shapes(W, edge)
@@ -165,11 +173,31 @@ def synthetic_positions(*, runs: tuple[str, ...], n_draws: int, seed: int, edge:
     return Result(numbers, {"synthetic": Table(columns, tuple(rows), formats)}, arrays)
 
 
+def recipe_numbers(recipes: list[SyntheticRecipe]) -> dict[str, Number | Text]:
+    """The model and batch every synthetic run shares (an error where they differ), the look-back task's offsets and
+    the bucket task's bucket width."""
+    numbers: dict[str, Number | Text] = {}
+    for field in SHARED_RECIPE:
+        values = {getattr(r, field) for r in recipes}
+        if len(values) != 1:
+            raise ValueError(f"the synthetic runs differ in {field}: {sorted(values)}")
+        numbers[field] = Number(values.pop(), "d", f"every synthetic run's {field}", EXACT)
+    for task, field in (("offsets", "offsets"), ("buckets", "bucket_width")):
+        values = {getattr(r, field) for r in recipes if r.task == task}
+        if len(values) > 1:
+            raise ValueError(f"the {task} runs differ in {field}: {sorted(values)}")
+        if values:
+            value = values.pop()
+            numbers[field] = (Text(", ".join(map(str, value[:-1])) + f" or {value[-1]}", "the look-back distances")
+                              if field == "offsets" else Number(value, "d", "positions per distance bucket", EXACT))
+    return numbers
+
+
 def plot_components(result: Result, shape: ModelShape | None):
     """Each task's last table: its top three principal coordinates against position (left) and PC2 against PC1
     (right), coloured by position."""
     a = result.arrays
-    keys = [k.removesuffix("_table") for k in a if k.endswith("_table")]
+    keys = [run_key(name) for name in FIGURE_RUNS if f"{run_key(name)}_table" in a]
     fig, axes = plotting.subplots(len(keys), 2, figsize=(plotting.MAX_WIDTH, 2.6 * len(keys)), squeeze=False,
                                   gridspec_kw={"width_ratios": (2.2, 1)})
     for (left, right), key in zip(axes, keys):
@@ -178,7 +206,7 @@ def plot_components(result: Result, shape: ModelShape | None):
         for i in range(3):
             left.plot(n, Z[:, i], lw=0.8, color=f"C{i}", label=f"PC{i + 1}")
         left.set_xlabel("position")
-        left.set_ylabel(f"{key}: coordinate")
+        left.set_ylabel(f"{TASK_WORDS[key]}: coordinate")
         left.legend(fontsize=plotting.MIN_FONT, ncols=3, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
         points = right.scatter(Z[:, 0], Z[:, 1], c=n, cmap=plotting.POSITION, s=4)
         right.plot(Z[:, 0], Z[:, 1], lw=0.3, color="0.6")

@@ -208,3 +208,19 @@ def test_the_antisymmetric_share_of_a_rotating_head_is_one_and_of_a_symmetric_he
     assert layer0_antisymmetric_shares(*_heads(J), n_components=3) == pytest.approx([1.0])
     assert layer0_antisymmetric_shares(*_heads(np.eye(3)), n_components=3) == pytest.approx([0.0], abs=1e-12)
     assert layer0_antisymmetric_shares(*_heads(np.eye(3) + J), n_components=3) == pytest.approx([np.sqrt(2 / 5)])
+
+
+def test_the_shared_recipe_is_cited_once_and_runs_that_differ_are_refused():
+    """Every run's model and batch are one number each, the offsets one text; two runs at different widths have no one
+    width to cite."""
+    from dataclasses import replace
+
+    from analyses.engine.sources import SYNTHETIC
+    from analyses.synthetic_positions import recipe_numbers
+
+    out = recipe_numbers(list(SYNTHETIC.values()))
+    assert out["d_model"].value == 64 and out["n_ctx"].value == 256 and out["n_layers"].value == 2
+    assert out["offsets"].value == "2, 5, 8 or 12" and out["bucket_width"].value == 32
+    wider = replace(SYNTHETIC["synth-offsets"], d_model=128)
+    with pytest.raises(ValueError, match="differ in d_model"):
+        recipe_numbers([*SYNTHETIC.values(), wider])
