@@ -22,7 +22,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from analyses.toolkit import plotting
-from analyses.toolkit.attention import (CLASSES, attention_pattern, classify, head_scores, head_statistics,
+from analyses.toolkit.attention import (CLASSES, antisymmetric_share, attention_pattern, classify, head_scores, head_statistics,
                                         position_inputs, qk_form, query_rows)
 from analyses.toolkit.helix_period import EDGE, helix_period
 from analyses.toolkit.linalg import top_right_singular_vectors
@@ -357,7 +357,7 @@ def positional_qk(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, n_com
     for head, S in layer0_heads(tensors, shape):
         M = qk_form(W_Q[head], W_K[head], gain, basis)
         R = coords @ M @ coords.T
-        anti = np.linalg.norm((M - M.T) / 2) / np.linalg.norm(M)
+        anti = float(antisymmetric_share(M))
         phi = rotation_angle(M[:2, :2])
         preferred = phi / omega
         r2 = row_centred_r2(S, R, mask)

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from analyses.toolkit.attention import head_scores, position_inputs, qk_form, query_rows
+from analyses.toolkit.attention import antisymmetric_share, head_scores, position_inputs, qk_form, query_rows
 from analyses.toolkit.linalg import top_right_singular_vectors
 from analyses.toolkit.pvalues import FAMILYWISE_ALPHA, at_floor, draws_for, holm, p_value_text
 from analyses.engine.registry import register
@@ -56,12 +56,6 @@ CONTROLS = {"antisymmetric": ("antisymmetric", False), "symmetric": ("symmetric"
             "rotation": ("antisymmetric", True)}
 """Each control: the part whose removal it is compared with, and whether its random parts are antisymmetric (a
 random rotation of the same norm) rather than random matrices of every kind."""
-
-
-def antisymmetric_share(M: np.ndarray) -> np.ndarray:
-    """‖(M − Mᵀ)/2‖_F / ‖M‖_F for a square matrix or a stack of them."""
-    M = np.asarray(M, dtype=np.float64)
-    return np.linalg.norm((M - np.swapaxes(M, -1, -2)) / 2, axis=(-2, -1)) / np.linalg.norm(M, axis=(-2, -1))
 
 
 def random_frames(d: int, k: int, n: int, rng: np.random.Generator) -> np.ndarray:

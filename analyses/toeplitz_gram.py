@@ -38,7 +38,7 @@ import numpy as np
 
 from analyses.toolkit import plotting
 from analyses.toolkit.gram import circulant_share, diagonal_sums, toeplitz_part, toeplitz_share
-from analyses.toolkit.sinusoids import fit_sinusoid, sinusoidal_table
+from analyses.toolkit.sinusoids import dominant_frequency, sinusoidal_table
 from analyses.toolkit.surrogates import phase_randomise, phase_randomiser, random_walks
 from analyses.engine.registry import register
 from analyses.engine.results import COUNT_SHARE, FITTED, Number, Result, Table
@@ -57,13 +57,6 @@ def top_eigenpairs(G: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     values, vectors = values[order], vectors[:, order]
     signs = np.sign(vectors[np.abs(vectors).argmax(axis=0), np.arange(k)])
     return values, vectors * signs
-
-
-def dominant_frequency(u: np.ndarray, pad: int) -> float:
-    """Cycles per len(u) of the least-squares sinusoid through u (`toolkit.sinusoids.fit_sinusoid`, started at the peak of the
-    zero-padded spectrum); at least half a cycle, the bound of that fit."""
-    n = np.arange(len(u))
-    return float(len(u) / fit_sinusoid(n, np.asarray(u, dtype=np.float64), pad).period)
 
 
 STATISTICS = (

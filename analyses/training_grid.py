@@ -24,17 +24,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyses.engine.checkpoint import sha256_file
 from analyses.engine.registry import register
 from analyses.engine.results import COUNT_SHARE, EXACT, Accuracy, Number, Result, Table, Text, period_or_undefined
 from analyses.engine.shapes import ModelShape
 from analyses.engine.sources import GRID, GRID_BASE, GRID_GROUP, GRID_LONG, MAIN_RECIPE, model_spec
 from analyses.engine.tensors import HISTORY_FILE, RECORD_FILE, read_training_record
-from analyses.engine.training import model_dir
+from analyses.engine.training import model_dir, run_inputs
 from analyses.toolkit import plotting
 from analyses.toolkit.helix_period import EDGE
 from analyses.toolkit.table_shape import (FORMATS, LABELS, MEASURES, NO_HELIX, half_way_index, pair_ratio, power_law_intervals,
-                                          power_law_slope, reference_shapes, shown_turns, table_shape)
+                                          power_law_slope, reference_shapes, run_shapes, shown_turns,
+                                          table_shape)
 from analyses.toolkit.training import Recipe, learning_rate
 
 MAIN_RUNS = ("kjv-gpt2", "kjv-gpt2-seed1")
@@ -91,18 +91,6 @@ def change(name: str) -> str:
                      for k, v in changed.items())
 
 
-def run_inputs(runs: tuple[str, ...], files: tuple[str, ...]) -> dict[str, str]:
-    """{'models/<run>/<file>': sha256} of the named files of each run (an analysis's data)."""
-    out = {}
-    for name in runs:
-        for file in files:
-            path = model_dir(name) / file
-            if not path.is_file():
-                raise ValueError(f"{path} is missing: python -m analyses train --model {name}")
-            out[f"models/{name}/{file}"] = sha256_file(path)
-    return out
-
-
 def grid_inputs() -> dict[str, str]:
     """Every run's history and record: what `training_grid` reads."""
     return run_inputs(RUNS, (HISTORY_FILE, RECORD_FILE))
@@ -117,11 +105,6 @@ def _history(name: str) -> dict[str, np.ndarray]:
     from safetensors.numpy import load_file
 
     return load_file(str(model_dir(name) / HISTORY_FILE))
-
-
-def run_shapes(W: np.ndarray, edge: int) -> np.ndarray:
-    """[S, len(MEASURES)]: `table_shape` of each snapshot of the position table."""
-    return np.array([[table_shape(P, edge)[m] for m in MEASURES] for P in np.asarray(W, dtype=np.float64)])
 
 
 def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int, level: float) -> Result:

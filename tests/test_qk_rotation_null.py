@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from scipy.stats import ks_2samp
 
-from analyses.qk_rotation_null import (PARTS, antisymmetric_share, bartlett_wishart, current_key_mass,
+from analyses.toolkit.attention import antisymmetric_share
+from analyses.qk_rotation_null import (PARTS, bartlett_wishart, current_key_mass,
                                        equal_norm_parts, frame_null, holm_thresholds, masked_scores, random_frames,
                                        subspace_null, undecided)
 from analyses.toolkit.attention import attention_pattern, head_statistics, query_rows

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analyses.toeplitz_gram import (dominant_frequency, gram_statistics, shared_phase_toeplitz_shares, toeplitz_gram,
+from analyses.toolkit.sinusoids import dominant_frequency
+from analyses.toeplitz_gram import (gram_statistics, shared_phase_toeplitz_shares, toeplitz_gram,
                                     top_eigenpairs)
 from analyses.toolkit.gram import circulant_share, diagonal_sums, toeplitz_part, toeplitz_share
 from analyses.toolkit.surrogates import random_walks

@@ -4,10 +4,14 @@ A trained model's directory holds what transformers' `save_pretrained` writes fo
 `model.safetensors`, the tokenizer files), so `GPT2LMHeadModel.from_pretrained` and this project's sources both
 load it; `history.safetensors`, its training history (the position table and the token embeddings' centred
 spectrum at each snapshot step, the loss curves); `training.json`, its provenance (recipe, corpus digest, code
-digest, machine, throughput); and `SHA256SUMS` over every other file, which every load checks.
+digest, machine, throughput); and `SHA256SUMS` over every other file, which every load checks. A run on a
+synthetic task (`toolkit.synthetic_tasks.SyntheticRecipe`) is written the same way by the same writer, without a
+tokenizer (its ids are the task's), its history holding the held-out accuracy too, its record the task in place of
+the corpus.
 
 Staleness. The job's fingerprint is the recipe, the corpus file's SHA-256 and the digest of the code that trains
-(`toolkit.training`, the corpus reader, the split and the history's layout). `run` never trains: a stale or missing model is reported by
+(`toolkit.training`, the corpus reader, the split and the history's layout; for a synthetic task, the task's module
+in place of the corpus). `run` never trains: a stale or missing model is reported by
 `status` and `train`, and only `python -m analyses train` (minutes; the recipe states the budget) replaces it.
 The new directory is built beside the old one and swapped in at once, so an interrupted run leaves the old model.
 """
@@ -29,12 +33,15 @@ import numpy as np
 import analyses
 from analyses.engine.checkpoint import check_committed, sha256_file
 from analyses.engine.tensors import HISTORY_FILE, RECORD_FILE, read_training_record
-from analyses.toolkit import corpus, sinusoids, training
+from analyses.toolkit import corpus, sinusoids, synthetic_tasks, training
+from analyses.toolkit.synthetic_tasks import SyntheticRecipe
 from analyses.toolkit.training import Recipe
 
 MODELS_DIR = Path(analyses.__file__).resolve().parent.parent / "models"
 """Where trained models are committed: `models/` beside the `analyses` package."""
 SUMS = "SHA256SUMS"
+TASK_ACCURACY = "history.eval_accuracy"
+"""A synthetic run's held-out accuracy (share of scored positions whose argmax is the target) at each evaluation."""
 
 
 def run_path(name: str) -> Path:
@@ -51,11 +58,28 @@ def model_dir(name: str) -> Path:
     return directory
 
 
+def run_inputs(runs: tuple[str, ...], files: tuple[str, ...]) -> dict[str, str]:
+    """{'models/<run>/<file>': sha256} of the named files of each committed run (an analysis's data)."""
+    out = {}
+    for name in runs:
+        for file in files:
+            path = model_dir(name) / file
+            if not path.is_file():
+                raise ValueError(f"{path} is missing: python -m analyses train --model {name}")
+            out[f"models/{name}/{file}"] = sha256_file(path)
+    return out
+
+
 def code_digest(recipe: Recipe) -> str:
     """sha256 over the source of what decides a run's output: the training toolkit, how the corpus is read
     and split, and how the history is written (not the rest of this module, which only files and reports); for a
-    run with fixed sinusoidal positions, the sinusoidal table's code as well."""
+    run with fixed sinusoidal positions, the sinusoidal table's code as well; for a synthetic task's run, the
+    training toolkit, the task's module and the history's layout (no corpus)."""
     digest = hashlib.sha256(inspect.getsource(training).encode())
+    if isinstance(recipe, SyntheticRecipe):
+        for source in (synthetic_tasks, _history_tensors, _task_history_tensors):
+            digest.update(b"\0" + inspect.getsource(source).encode())
+        return digest.hexdigest()
     extra = (sinusoids.frequencies, sinusoids.encode, sinusoids.sinusoidal_table) \
         if recipe.positions != Recipe.positions else ()  # not the default, learned, table
     for function in (corpus.checked, corpus.read_books, corpus_split, _history_tensors, *extra):
@@ -90,22 +114,25 @@ def equivalent_digests(current: str) -> list[str]:
 
 
 def fingerprint(recipe: Recipe) -> dict:
-    """What decides the trained weights: the recipe, the corpus file, the training code and the libraries' versions
-    (read from their installed metadata: `status` and `run` check it, and must not import torch to do so)."""
+    """What decides the trained weights: the recipe, the corpus file (a text run's), the training code and the
+    libraries' versions (read from their installed metadata: `status` and `run` check it, and must not import torch
+    to do so). A synthetic task's recipe states its task whole, so its runs have no corpus part."""
     from importlib.metadata import version
 
-    return {"recipe": recipe.as_dict(), "corpus": corpus.corpus_inputs(), "code": code_digest(recipe),
+    text = {} if isinstance(recipe, SyntheticRecipe) else {"corpus": corpus.corpus_inputs()}
+    return {"recipe": recipe.as_dict(), **text, "code": code_digest(recipe),
             "libraries": {name: version(name) for name in ("torch", "transformers")}}
 
 
-def _same(key: str, recorded, current) -> bool:
-    """Whether a recorded part of the fingerprint still holds: a recipe by value (a field added since takes its
-    default), the code by digest or by a declared equivalence, the rest as written."""
+def _same(key: str, recorded, current, kind: type[Recipe]) -> bool:
+    """Whether a recorded part of the fingerprint still holds: a recipe by value, read as the current recipe's
+    `kind` (a field added since takes its default), the code by digest or by a declared equivalence, the rest as
+    written."""
     if key == "recipe":
         if not isinstance(recorded, dict):
             return False
         try:
-            return Recipe.from_dict(recorded) == Recipe.from_dict(current)
+            return kind.from_dict(recorded) == kind.from_dict(current)
         except (TypeError, ValueError):
             return False
     if key == "code":
@@ -120,7 +147,7 @@ def state(name: str, recipe: Recipe) -> str:
         return "missing"
     recorded = read_training_record(model_dir(name) / RECORD_FILE)["fingerprint"]
     current = fingerprint(recipe)
-    changed = [key for key in current if not _same(key, recorded.get(key), current[key])]
+    changed = [key for key in current if not _same(key, recorded.get(key), current[key], type(recipe))]
     return "fresh" if not changed else f"stale: its {', '.join(changed)} changed"
 
 
@@ -148,6 +175,11 @@ def _history_tensors(result: dict) -> dict[str, np.ndarray]:
             "history.eval_loss": result["eval_loss"].astype(np.float32)}
 
 
+def _task_history_tensors(result: dict) -> dict[str, np.ndarray]:
+    """A synthetic run's history: a text run's, and the held-out accuracy at each evaluation step."""
+    return {**_history_tensors(result), TASK_ACCURACY: result["eval_accuracy"].astype(np.float32)}
+
+
 def corpus_split(recipe: Recipe) -> tuple[list[str], list[str], list[str]]:
     """(training books, their texts, held-out texts): every book of the corpus in canonical order, the
     recipe's held-out books set aside."""
@@ -159,54 +191,84 @@ def corpus_split(recipe: Recipe) -> tuple[list[str], list[str], list[str]]:
     return names, [books[b] for b in names], [books[b] for b in recipe.held_out]
 
 
-def train(name: str, recipe: Recipe, progress: bool = True) -> Path:
-    """Train `name` by `recipe` and swap the finished directory into `models/<name>`; returns the directory."""
-    import torch
-    from safetensors.numpy import save_file
+def _progress_bar(name: str, recipe: Recipe, progress: bool):
+    """(bar, report): a tqdm bar over the run's steps and the callback that advances it; (None, None) when quiet."""
+    if not progress:
+        return None, None
+    from tqdm import tqdm
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    names, texts, held_texts = corpus_split(recipe)
-    tokenizer = training.train_tokenizer(texts, recipe.vocab_size)
-    stream, held_out = training.token_stream(tokenizer, texts), training.token_stream(tokenizer, held_texts)
-    eot = tokenizer.convert_tokens_to_ids(training.END_OF_TEXT)
-    machine = _machine(recipe.threads, device)
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=recipe.steps, desc=f"training {name}", unit="step", file=sys.stderr)
+    bar = tqdm(total=recipe.steps, desc=f"training {name}", unit="step", file=sys.stderr)
 
     def report(step: int, loss: float, rate: float) -> None:
         bar.update(1)
         bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:,.0f}", refresh=False)
 
-    result = training.train(recipe, stream, held_out, eot, progress=report if bar else None, device=device)
+    return bar, report
+
+
+def train(name: str, recipe: Recipe, progress: bool = True) -> Path:
+    """Train `name` by `recipe` (on the corpus, or on its synthetic task) and swap the finished directory into
+    `models/<name>`; returns the directory."""
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if isinstance(recipe, SyntheticRecipe):
+        device = "cpu"  # a synthetic run is trained where its first steps are rerun, on CPU threads
+    machine = _machine(recipe.threads, device)
+    stated = fingerprint(recipe)  # before training: the source read now is the code that runs, not a later edit of it
+    bar, report = _progress_bar(name, recipe, progress)
+    if isinstance(recipe, SyntheticRecipe):
+        tokenizer = None
+        result = synthetic_tasks.train(recipe, progress=report)
+        data = {"task": recipe.task, "generator": "numpy default_rng(seed); held out: default_rng([seed, "
+                f"{synthetic_tasks.HELD_OUT_STREAM}])", "held_out_sequences": recipe.eval_windows}
+        final = {"held_out_accuracy": float(result["eval_accuracy"][-1])}
+    else:
+        names, texts, held_texts = corpus_split(recipe)
+        tokenizer = training.train_tokenizer(texts, recipe.vocab_size)
+        stream, held_out = training.token_stream(tokenizer, texts), training.token_stream(tokenizer, held_texts)
+        eot = tokenizer.convert_tokens_to_ids(training.END_OF_TEXT)
+        result = training.train(recipe, stream, held_out, eot, progress=report, device=device)
+        data = {"package": corpus.PACKAGE, "version": corpus.VERSION, "file": f"{corpus.MODULE}/{corpus.FILE}",
+                "sha256": corpus.SHA256, "licence": corpus.LICENCE, "training_books": names,
+                "held_out_books": list(recipe.held_out), "training_tokens": int(len(stream)),
+                "held_out_tokens": int(len(held_out))}
+        final = {}
     if bar is not None:
         bar.close()
-    final = run_path(name)
+    return _write_run(name, recipe, stated, result, tokenizer, data, final, machine)
+
+
+def _write_run(name: str, recipe: Recipe, stated: dict, result: dict, tokenizer, data: dict, final: dict,
+               machine: dict) -> Path:
+    """Write a trained run's directory beside `models/<name>` (checkpoint, tokenizer where it has one, history,
+    record with the fingerprint `stated` when training began, SHA256SUMS) and swap it in at once; an interruption
+    leaves the old directory and nothing else. The fingerprint is taken at the start because `inspect.getsource`
+    reads a function's lines from the file as it is now: an edit of the file during a run would shift them, and a
+    digest taken at the end would hash the wrong text."""
+    from safetensors.numpy import save_file
+
+    final_dir = run_path(name)
     MODELS_DIR.mkdir(parents=True, exist_ok=True)
     new = Path(tempfile.mkdtemp(dir=MODELS_DIR, prefix=f".new-{name}."))
     try:
-        result["model"].save_pretrained(new, safe_serialization=True)
-        tokenizer.save_pretrained(new)
-        save_file(_history_tensors(result), str(new / HISTORY_FILE))
+        result["model"].cpu().save_pretrained(new, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(new)
+        history = _task_history_tensors(result) if isinstance(recipe, SyntheticRecipe) else _history_tensors(result)
+        save_file(history, str(new / HISTORY_FILE))
         seconds = result["seconds"]
         tokens = recipe.steps * recipe.tokens_per_step
         flops = training.flops_per_token(recipe)
         files = {f: sha256_file(new / f) for f in sorted(p.name for p in new.iterdir() if p.is_file())}
         record = {
-            "name": name, "fingerprint": fingerprint(recipe),
-            "corpus": {"package": corpus.PACKAGE, "version": corpus.VERSION, "file": f"{corpus.MODULE}/{corpus.FILE}",
-                       "sha256": corpus.SHA256, "licence": corpus.LICENCE, "training_books": names,
-                       "held_out_books": list(recipe.held_out), "training_tokens": int(len(stream)),
-                       "held_out_tokens": int(len(held_out))},
-            "machine": machine,
+            "name": name, "fingerprint": stated, "corpus": data, "machine": machine,
             "run": {"seconds": seconds, "tokens": tokens, "tokens_per_second": tokens / seconds,
                     "flops_per_token": flops, "matmul_parameters": training.matmul_parameters(recipe),
                     "parameters": int(sum(p.numel() for p in result["model"].parameters())),
                     "utilisation": flops * tokens / seconds / machine["matmul_flops"]},
             "final": {"train_loss_last_100": float(np.mean(result["train_loss"][-100:])),
-                      "held_out_loss": float(result["eval_loss"][-1])},
+                      "held_out_loss": float(result["eval_loss"][-1]), **final},
             "files": files,
         }
         (new / RECORD_FILE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
@@ -215,14 +277,14 @@ def train(name: str, recipe: Recipe, progress: bool = True) -> Path:
         for path in new.iterdir():
             path.chmod(0o644)
         new.chmod(0o755)
-        if final.exists():
+        if final_dir.exists():
             old = Path(tempfile.mkdtemp(dir=MODELS_DIR, prefix=f".old-{name}."))
-            final.rename(old / name)
-            new.rename(final)
+            final_dir.rename(old / name)
+            new.rename(final_dir)
             shutil.rmtree(old)
         else:
-            new.rename(final)
+            new.rename(final_dir)
     except BaseException:
         shutil.rmtree(new, ignore_errors=True)
         raise
-    return final
+    return final_dir

@@ -91,6 +91,13 @@ def qk_form(W_Q: np.ndarray, W_K: np.ndarray, gain: np.ndarray, basis: np.ndarra
     return left @ right.T / np.sqrt(left.shape[1])
 
 
+def antisymmetric_share(M: np.ndarray) -> np.ndarray:
+    """‖(M − Mᵀ)/2‖_F / ‖M‖_F for a square matrix or a stack of them: the share of a query-key form that rotates
+    (1 for a pure rotation generator, 0 for a symmetric form)."""
+    M = np.asarray(M, dtype=np.float64)
+    return np.linalg.norm((M - np.swapaxes(M, -1, -2)) / 2, axis=(-2, -1)) / np.linalg.norm(M, axis=(-2, -1))
+
+
 def attention_pattern(S: np.ndarray, causal: bool) -> np.ndarray:
     """Row-wise softmax of S, keys j > i excluded when `causal`."""
     S = np.array(S, dtype=np.float64)

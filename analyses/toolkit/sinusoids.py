@@ -75,3 +75,10 @@ def fit_sinusoid(n: np.ndarray, z: np.ndarray, pad: int) -> SinusoidFit:
     r2 = 1 - np.sum(residual(np.array([w])) ** 2) / np.sum((z - z.mean()) ** 2)
     return SinusoidFit(2 * np.pi / w, float(np.hypot(a, b)), float(np.arctan2(-b, a)), float(c), float(r2),
                        bool(np.isclose(w, w_min, rtol=1e-6)))
+
+
+def dominant_frequency(u: np.ndarray, pad: int) -> float:
+    """Cycles per len(u) of the least-squares sinusoid through u (`fit_sinusoid`, started at the peak of the
+    zero-padded spectrum); at least half a cycle, the bound of that fit."""
+    n = np.arange(len(u))
+    return float(len(u) / fit_sinusoid(n, np.asarray(u, dtype=np.float64), pad).period)

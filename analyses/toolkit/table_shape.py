@@ -64,6 +64,11 @@ def table_shape(P: np.ndarray, edge: int = EDGE) -> dict[str, float]:
             "toeplitz": toeplitz_share(P - P.mean(axis=0))}
 
 
+def run_shapes(W: np.ndarray, edge: int = EDGE) -> np.ndarray:
+    """[S, len(MEASURES)]: `table_shape` of each snapshot W[s] of a position table."""
+    return np.array([[table_shape(P, edge)[m] for m in MEASURES] for P in np.asarray(W, dtype=np.float64)])
+
+
 def reference_shapes(shape: tuple[int, int], n_draws: int, seed: int, edge: int = EDGE) -> dict[str, np.ndarray]:
     """{"walk", "gaussian"}: [n_draws, len(MEASURES)] of `table_shape` for Gaussian random walks (independent
     columns) and i.i.d. Gaussian tables of `shape`, seeded draws (the two references share one generator)."""
