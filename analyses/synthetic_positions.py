@@ -35,7 +35,7 @@ FIGURE_RUNS = ("synth-offsets", "synth-buckets")
 """The runs the figure draws, one per task (the look-back task's second seed is in the table)."""
 TASK_WORDS = {"offsets": "look-back task", "buckets": "bucket task"}
 """How the figure names each task."""
-SHARED_RECIPE = ("n_layers", "n_heads", "d_model", "n_ctx", "batch", "n_content")
+SHARED_RECIPE = ("n_layers", "n_heads", "d_model", "n_ctx", "batch", "n_content", "steps")
 """Recipe fields every synthetic run shares, cited once."""
 RECORDED = Accuracy(basis="exact: read from the committed training record")
 WOUND = 0.5
@@ -181,7 +181,10 @@ def recipe_numbers(recipes: list[SyntheticRecipe]) -> dict[str, Number | Text]:
         values = {getattr(r, field) for r in recipes}
         if len(values) != 1:
             raise ValueError(f"the synthetic runs differ in {field}: {sorted(values)}")
-        numbers[field] = Number(values.pop(), "d", f"every synthetic run's {field}", EXACT)
+        numbers[field] = Number(values.pop(), ",d", f"every synthetic run's {field}", EXACT)
+    first = recipes[0]
+    numbers["positions_millions"] = Number(first.steps * first.batch * first.n_ctx / 1e6, ".1f",
+                                           "positions each synthetic run trained on (millions)", EXACT)
     for task, field in (("offsets", "offsets"), ("buckets", "bucket_width")):
         values = {getattr(r, field) for r in recipes if r.task == task}
         if len(values) > 1:

@@ -199,13 +199,13 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int, 
 
 
 def cause_effects(finals: dict[str, np.ndarray], seeds: tuple[np.ndarray, np.ndarray]) -> dict[str, Number | Text]:
-    """Each one-change run's last λ2/λ1 and turns (`finals`: {run: its last `table_shape` row}) against the main
-    recipe's two seeds: the difference from the seeds' mean in units of the seeds' own difference |s₁ − s₀|, the one
-    scale of chance two seeds give (with one degree of freedom it cannot by itself tell a run from chance: a change
-    reads as moving the table only far beyond it); how many runs lie above both seeds, and the change that raises
-    λ2/λ1 most."""
+    """Each one-change run's last λ2/λ1 (`finals`: {run: its last `table_shape` row}) against the main recipe's two
+    seeds: the difference from the seeds' mean in units of the seeds' own difference |s₁ − s₀|, the one scale of chance
+    two seeds give (with one degree of freedom it cannot by itself tell a run from chance: at two-sided 5 % a run needs
+    about eleven such units); how many runs lie above both seeds, and the change that raises λ2/λ1 most. Turns are
+    not scaled so: the seeds' turns differ by less than the angle's arbitrary choices move them."""
     out: dict[str, Number | Text] = {"cause_runs": Number(len(finals), "d", "runs that change one candidate cause", EXACT)}
-    for measure in ("pair_ratio", "turns"):
+    for measure in ("pair_ratio",):
         i = MEASURES.index(measure)
         low, high = sorted(float(seed[i]) for seed in seeds)
         gap = high - low
@@ -286,6 +286,10 @@ def _recorded_numbers(name: str, key: str, recipe: dict, record: dict, eval_loss
         f"{key}_warmup": Number(recipe["warmup"], "d", f"{name}: warm-up steps"),
         f"{key}_position_init_std": Number(recipe["position_init_std"], "g",
                                            f"{name}: σ of the initial positions (a fixed table: its entries' RMS)"),
+        f"{key}_weight_decay": Number(recipe["weight_decay"], "g", f"{name}: decoupled weight decay on the matrices"),
+        f"{key}_position_weight_decay": Number(recipe["weight_decay"] if recipe.get("position_weight_decay") is None
+                                               else recipe["position_weight_decay"], "g",
+                                               f"{name}: weight decay on the position table"),
         f"{key}_loss": Number(float(eval_loss[-1]), ".2f", f"{name}: held-out loss at the last step (nats)"),
         f"{key}_train_loss": Number(record["final"]["train_loss_last_100"], ".2f",
                                     f"{name}: training loss, mean of the last 100 steps (nats)", RECORDED),

@@ -306,7 +306,8 @@ def _pair_ratios(W: np.ndarray) -> np.ndarray:
 
 
 MAIN_SIZE_LEARNED = {"kjv-gpt2": "main", "kjv-gpt2-seed1": "main_seed1", "kjv-gpt2-ctx128": "main_ctx128",
-                     "kjv-gpt2-ctx512": "main_ctx512", "kjv-gpt2-sigma01": "main_sigma01"}
+                     "kjv-gpt2-ctx512": "main_ctx512", "kjv-gpt2-sigma01": "main_sigma01",
+                     "kjv-gpt2-poswd0": "main_poswd0", "kjv-gpt2-poswd1": "main_poswd1"}
 
 
 def _history(name: str) -> dict:
@@ -330,6 +331,43 @@ def test_every_learned_run_falls_to_a_minimum_then_rises_recomputed_from_the_com
         assert grid[f"{key}_pair_ratio_min_step"] == steps[lowest]
         assert grid[f"{key}_pair_ratio_min"] == pytest.approx(ratios[lowest], rel=1e-6)
         assert grid[f"{key}_pair_ratio"] == pytest.approx(ratios[-1], rel=1e-6)
+
+
+def test_the_weight_decay_runs_against_the_seeds_recomputed_from_the_committed_histories():
+    """"Without decay it ends larger and about as straight; the strong decay shrinks it and bends it a little more,
+    above both seeds, by less than two seeds can tell from chance": each run's last λ2/λ1 less the seeds' mean in
+    units of their difference, from the committed tables with other code; the entries' RMS ordered as the text says;
+    and the strong decay's distance short of what one degree of freedom needs at two-sided 5 % (under the null,
+    (x − mean(s)) / |s₁ − s₀| is √(3/4) times a Student t on one degree of freedom)."""
+    from scipy.stats import t
+
+    grid = _cached("common", "training_grid")
+    last = {key: _history(name)["history.W_pos"][-1].astype(np.float64)
+            for name, key in MAIN_SIZE_LEARNED.items() if key in ("main", "main_seed1", "main_poswd0", "main_poswd1")}
+    ratio = {key: _pair_ratios(W[None])[0] for key, W in last.items()}
+    mean, gap = (ratio["main"] + ratio["main_seed1"]) / 2, abs(ratio["main"] - ratio["main_seed1"])
+    for key in ("main_poswd0", "main_poswd1"):
+        assert grid[f"{key}_pair_ratio_vs_seeds"] == pytest.approx((ratio[key] - mean) / gap, rel=1e-5)
+    rms = {key: np.sqrt(np.mean(W ** 2)) for key, W in last.items()}
+    assert rms["main_poswd1"] < min(rms["main"], rms["main_seed1"]) < max(rms["main"], rms["main_seed1"]) < rms["main_poswd0"]
+    assert ratio["main_poswd1"] > max(ratio["main"], ratio["main_seed1"])
+    assert abs(ratio["main_poswd0"] - mean) < gap  # about as straight as the seeds
+    assert (ratio["main_poswd1"] - mean) / gap < np.sqrt(3 / 4) * t.ppf(0.975, 1)
+    assert ratio["main_poswd1"] < 0.1  # far from a helix's 1
+
+
+def test_the_bucket_tasks_table_winds_beyond_random_walks_of_its_shape():
+    """"About one turn, where random walks of the same shape give ...": the bucket task's λ2/λ1 from its committed
+    table with other code, and both it and the cached turns beyond the walks' mean by more than five of their
+    standard deviations (four for λ2/λ1, whose walks spread more); the look-back task's fast period the same in both seeds to a tenth of a position."""
+    grid, synthetic = _cached("common", "training_grid"), _cached("common", "synthetic_positions")
+    ratio = _pair_ratios(_history("synth-buckets")["history.W_pos"][-1:])[0]
+    assert synthetic["buckets_pair_ratio"] == pytest.approx(ratio, rel=1e-5)
+    assert ratio > grid["walk256x64_pair_ratio"] + 4 * grid["walk256x64_pair_ratio_sd"]
+    assert synthetic["buckets_turns"] > grid["walk256x64_turns"] + 5 * grid["walk256x64_turns_sd"]
+    assert 0.9 < synthetic["buckets_turns"] < 1.5  # about one turn
+    fast = [synthetic[f"{key}_pair_peak2_period"] for key in ("offsets", "offsets_seed1")]
+    assert abs(fast[0] - fast[1]) < 0.1 and all(f < 4 for f in fast)
 
 
 def test_the_context_slope_at_matched_exposure_and_its_interval_recomputed_from_the_committed_histories():

@@ -220,6 +220,7 @@ def test_the_shared_recipe_is_cited_once_and_runs_that_differ_are_refused():
 
     out = recipe_numbers(list(SYNTHETIC.values()))
     assert out["d_model"].value == 64 and out["n_ctx"].value == 256 and out["n_layers"].value == 2
+    assert out["positions_millions"].value == pytest.approx(2000 * 32 * 256 / 1e6)
     assert out["offsets"].value == "2, 5, 8 or 12" and out["bucket_width"].value == 32
     wider = replace(SYNTHETIC["synth-offsets"], d_model=128)
     with pytest.raises(ValueError, match="differ in d_model"):
