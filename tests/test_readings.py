@@ -268,7 +268,7 @@ def test_the_growing_conclusions_state_the_budget_they_were_measured_at():
     """The abstract's bullet and the chapter's opening and conclusions name the training tokens (issue 44, item 4)."""
     budget = "{{< var common.training_grid.main_tokens_millions >}} M tokens"
     index = " ".join((REPO / "report" / "index.qmd").read_text().split())
-    bullet = index[index.index("**Growing one.**"):index.index("Every number is computed from the weights")]
+    bullet = index[index.index("**Growing one.**"):index.index("```{=latex}")]
     assert budget in bullet
     chapter = " ".join(GROWING.read_text().split())
     assert budget in chapter[:chapter.index("## The model")]
