@@ -39,7 +39,7 @@ from analyses.toolkit.pvalues import FAMILYWISE_ALPHA, holm, p_value_text
 from analyses.toolkit.sinusoids import sinusoidal_table
 from analyses.toolkit.surrogates import phase_randomiser, random_walks
 from analyses.engine.registry import register
-from analyses.engine.results import Accuracy, Number, Result, Table, Text
+from analyses.engine.results import Accuracy, Number, Result, Table, Text, checked_sample
 from analyses.engine.sources import ModelShape
 
 STATISTICS = ("affine", "orthogonal")
@@ -123,10 +123,13 @@ def heldout_shares(X: np.ndarray, ks: tuple[int, ...], block: int, ranks: tuple[
 def shift_map_analysis(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, ks: tuple[int, ...],
                        blocks: tuple[int, ...], ranks: tuple[int, ...], leading_rows: int, untrained_rows: int,
                        n_draws: int, seed: int, sinusoid_base: float, control_width: int,
-                       control_base: float) -> Result:
+                       control_base: float, n_sample: int, cached_rows: Mapping | None) -> Result:
     """Held-out shift maps of the learned table (without its first and untrained rows), the sinusoidal table of its
     shape, and `n_draws` random walks and independent-phase surrogates, at the first of `blocks`; the learned
-    table's range over every block size and split."""
+    table's range over every block size and split. Each null draw's shares are a row of the table `rows`; with
+    `cached_rows` (that table as cached, which the recomputation check hands in) every draw is still drawn, so that
+    the generator's stream is the same, but only `n_sample` draws of each null are measured again, the rest read from
+    the rows."""
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
     P = P[leading_rows:len(P) - untrained_rows]
     n, d = P.shape
@@ -140,10 +143,19 @@ def shift_map_analysis(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, 
     surrogate = phase_randomiser(P, shared=False)
     null_tables = {"walks": lambda: random_walks(n, d, rng), "surrogates": lambda: surrogate(rng)}
     nulls = {name: np.empty((n_draws, len(spaces), len(ks), len(STATISTICS))) for name in NULLS}
+    draw_columns = [f"{space} k{k} {statistic}" for space in names for k in ks for statistic in STATISTICS]
+    cached = {} if cached_rows is None else {
+        (name, int(draw)): [cached_rows[c][i] for c in draw_columns]
+        for i, (name, draw) in enumerate(zip(cached_rows["null"], cached_rows["draw"]))}
+    sample = checked_sample(n_draws, n_sample) if cached else set(range(n_draws))
     for draw in range(n_draws):
         for name in NULLS:
             table = null_tables[name]()
-            nulls[name][draw] = heldout_shares(table, ks, blocks[0], spaces)[:, :, -1]
+            if draw in sample or (name, draw) not in cached:
+                nulls[name][draw] = heldout_shares(table, ks, blocks[0], spaces)[:, :, -1]
+            else:
+                nulls[name][draw] = np.reshape(cached[name, draw], nulls[name][draw].shape)
+    draw_rows = tuple((name, draw, *nulls[name][draw].ravel().tolist()) for name in NULLS for draw in range(n_draws))
     observed = learned[0, :, :, -1]  # [space, k, statistic] at the first block size, both folds pooled
     p = {name: (1 + np.sum(nulls[name] <= observed, axis=0)) / (1 + n_draws) for name in NULLS}
     below = {}
@@ -210,7 +222,8 @@ def shift_map_analysis(tensors: Mapping[str, np.ndarray], shape: ModelShape, *, 
     table = Table(columns, tuple(rows), formats=dict.fromkeys(shares, ".2f"), accuracy=dict.fromkeys(shares, SHARE))
     arrays = {"ks": np.array(ks, dtype=np.float64), "blocks": np.array(blocks, dtype=np.float64),
               "learned": learned, "sinusoidal": sinusoidal, **{f"{name}_draws": nulls[name] for name in NULLS}}
-    return Result(numbers, {"shift_maps": table}, arrays,
+    return Result(numbers, {"shift_maps": table, "rows": Table(("null", "draw", *draw_columns), draw_rows,
+                                                               accuracy=dict.fromkeys(draw_columns, SHARE))}, arrays,
                   {name: SHARE for name in arrays if name not in ("ks", "blocks")})
 
 
@@ -254,6 +267,6 @@ register(
     "shift_map", "The shift map of the position table, held out", shift_map_analysis,
     needs=("W_pos",), params={"ks": (1, 8, 64), "blocks": (64, 32, 128), "ranks": (3,), "leading_rows": 1,
                               "untrained_rows": 1, "n_draws": 119, "seed": 0, "sinusoid_base": 10000.0,
-                              "control_width": 16, "control_base": 100.0},
+                              "control_width": 16, "control_base": 100.0, "n_sample": 3, "cached_rows": None},
     figures={"shift_maps": plot_shift_maps}, groups=("position table",),
 )

@@ -25,7 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from analyses.engine.registry import register
-from analyses.engine.results import COUNT_SHARE, EXACT, Accuracy, Number, Result, Table, Text, period_or_undefined
+from analyses.engine.results import (COUNT_SHARE, EXACT, Accuracy, Number, Result, Table, Text, checked_sample,
+                                     period_or_undefined)
 from analyses.engine.shapes import ModelShape
 from analyses.engine.sources import GRID, GRID_BASE, GRID_GROUP, GRID_LONG, MAIN_RECIPE, model_spec
 from analyses.engine.tensors import HISTORY_FILE, RECORD_FILE, read_training_record
@@ -45,9 +46,9 @@ CONTEXT_RUNS = ("kjv-gpt2-ctx128", "kjv-gpt2", "kjv-gpt2-seed1", "kjv-gpt2-ctx51
 """The main recipe at three contexts, at equal tokens per step (two seeds at 256): how the shape scales with n."""
 FIGURE_RUNS = (*CONTEXT_RUNS, "kjv-gpt2-sigma01")
 """The main-size runs, drawn beside a model's own windows."""
-CAUSE_RUNS = ("kjv-gpt2-poswd0", "kjv-gpt2-poswd1", "kjv-gpt2-sigma01")
+CAUSE_RUNS = ("kjv-gpt2-poswd0", "kjv-gpt2-poswd1", "kjv-gpt2-drop01", "kjv-gpt2-sigma01")
 """The main recipe with one candidate cause of the table's shape changed: no weight decay on the position table, a
-strong one (1.0) on it alone, and GPT-2's initial position noise (0.01)."""
+strong one (1.0) on it alone, GPT-2's dropout on the embeddings (0.1), and GPT-2's initial position noise (0.01)."""
 CHANGE_WORDS = {"position_init_std": "initial position noise", "n_ctx": "context",
                 "position_weight_decay": "weight decay on the position table", "embedding_dropout": "embedding dropout"}
 """How the grid's table names a changed recipe field."""
@@ -290,6 +291,8 @@ def _recorded_numbers(name: str, key: str, recipe: dict, record: dict, eval_loss
         f"{key}_position_weight_decay": Number(recipe["weight_decay"] if recipe.get("position_weight_decay") is None
                                                else recipe["position_weight_decay"], "g",
                                                f"{name}: weight decay on the position table"),
+        f"{key}_embedding_dropout": Number(recipe.get("embedding_dropout", 0.0), "g",
+                                           f"{name}: dropout on the sum of token and position embeddings"),
         f"{key}_loss": Number(float(eval_loss[-1]), ".2f", f"{name}: held-out loss at the last step (nats)"),
         f"{key}_train_loss": Number(record["final"]["train_loss_last_100"], ".2f",
                                     f"{name}: training loss, mean of the last 100 steps (nats)", RECORDED),
@@ -443,17 +446,14 @@ def window_starts(n: int, length: int, first_row: int, stride: int) -> np.ndarra
     return np.arange(first_row, n - length + 1, stride)
 
 
-def window_slope_variants(P: np.ndarray, lengths: list[int], strides: tuple[int, ...],
-                          cited: dict[int, np.ndarray]) -> np.ndarray:
+def window_slope_variants(lengths: list[int], strides: tuple[int, ...], by_row: dict[int, dict[int, np.ndarray]]) -> np.ndarray:
     """b of λ2/λ1 ∝ length^b over P's windows for each variant of the windows' arbitrary choices: the stride between
     starts (every multiple of the smallest, whose windows the others subsample), whether row 0 may start one, and the
-    mean or the median over the windows of a length. `cited`: {length: λ2/λ1 of the windows from row 1 at the
-    smallest stride}, already measured; those from row 0 are measured here."""
+    mean or the median over the windows of a length. `by_row`: {first row: {length: λ2/λ1 of its windows at the
+    smallest stride}}."""
     base = min(strides)
     if any(stride % base for stride in strides):
         raise ValueError(f"every stride must be a multiple of the smallest, {base}")
-    by_row = {1: cited, 0: {L: np.array([pair_ratio(P[s:s + L]) for s in window_starts(len(P), L, 0, base)])
-                            for L in lengths}}
     slopes = []
     for ratios in by_row.values():
         for stride in strides:
@@ -463,6 +463,19 @@ def window_slope_variants(P: np.ndarray, lengths: list[int], strides: tuple[int,
     return np.array(slopes)
 
 
+ROW_COLUMNS = ("positions", "first row", *MEASURES)
+"""The per-window table `rows` of `window_shape`: each window's length and first row, and its measures (a window from
+row 0, measured for the fit's variants only, has λ2/λ1 alone)."""
+
+
+def windows_measured(P: np.ndarray, length: int, starts: np.ndarray, measure, cached: dict, n_sample: int) -> np.ndarray:
+    """`measure(window)` (a row of values) for each window of `length` rows at `starts`; with `cached` rows ({(length,
+    first row): values}), only `checked_sample` of them is measured and the rest is read from the cache."""
+    sample = checked_sample(len(starts), n_sample) if cached else set(range(len(starts)))
+    return np.array([measure(P[s:s + length]) if i in sample or (length, int(s)) not in cached
+                     else cached[(length, int(s))] for i, s in enumerate(starts)], dtype=np.float64)
+
+
 def final_shapes(runs: tuple[str, ...], edge: int) -> tuple[np.ndarray, np.ndarray]:
     """(contexts [R], `table_shape` of each run's last table [R, len(MEASURES)])."""
     contexts = np.array([model_spec(name).recipe.n_ctx for name in runs])
@@ -470,24 +483,39 @@ def final_shapes(runs: tuple[str, ...], edge: int) -> tuple[np.ndarray, np.ndarr
 
 
 def window_shape(tensors, shape: ModelShape, *, lengths: tuple[int, ...], stride: int, first_row: int,
-                 untrained_rows: int, edge: int, runs: tuple[str, ...], variant_strides: tuple[int, ...]) -> Result:
+                 untrained_rows: int, edge: int, runs: tuple[str, ...], variant_strides: tuple[int, ...],
+                 n_sample: int, cached_rows: dict | None) -> Result:
     """`table_shape` of every window of each length in `lengths` cut from the model's trained rows that starts at
     first_row + k·stride (row 0, an outlier in every table, left out with first_row 1), and of all trained rows:
     median, smallest and largest over the windows of a length; b of the mean turns and of the mean λ2/λ1 ∝ length^b
     over the lengths (the fit of the context runs, `context_scaling`), and the latter's range over
     `window_slope_variants` (strides `variant_strides`, row 0 in or out, mean or median). Beside them the last tables
     of the main-size `runs`, trained at those lengths: for the figure, and for each of the context runs the share of
-    the windows of its length that are straighter (a smaller λ2/λ1)."""
+    the windows of its length that are straighter (a smaller λ2/λ1). Every window's measures are the table `rows`;
+    with `cached_rows` (that table as cached, which the recomputation check hands in) only `n_sample` windows of each
+    length and each first row are measured again, and the rest of the result follows from the rows."""
     P = np.asarray(tensors["W_pos"], dtype=np.float64)
+    cached = {} if cached_rows is None else {
+        (int(L), int(s)): [cached_rows[m][i] for m in MEASURES]
+        for i, (L, s) in enumerate(zip(cached_rows["positions"], cached_rows["first row"]))}
+
+    def shape_of(window):
+        numbers = table_shape(window, edge)
+        return [numbers[m] for m in MEASURES]
+
+    def ratio_only(window):
+        return [pair_ratio(window) if m == "pair_ratio" else float("nan") for m in MEASURES]
+
     n = len(P) - untrained_rows
     numbers: dict[str, Number | Text] = {"n_trained": Number(n, "d", "trained rows measured", EXACT),
                                          "stride": Number(stride, "d", "rows between the starts of two windows", EXACT),
                                          "first_row": Number(first_row, "d", "the first row a window may start at", EXACT)}
     measured = [L for L in lengths if L + first_row <= n - stride]  # at least two windows
-    rows, arrays = [], {"window_lengths": np.array([*measured, n])}
+    rows, arrays, windows = [], {"window_lengths": np.array([*measured, n])}, []
     for length in [*measured, n]:
         starts = window_starts(n, length, first_row, stride) if length < n else np.array([0])
-        values = np.array([[table_shape(P[s:s + length], edge)[m] for m in MEASURES] for s in starts])
+        values = windows_measured(P, length, starts, shape_of, cached, n_sample)
+        windows += [(length, int(s), *v) for s, v in zip(starts, values.tolist())]
         key = "whole" if length == n else f"w{length}"
         arrays[key], arrays[f"{key}_starts"] = values, starts
         if length == n:
@@ -514,8 +542,14 @@ def window_shape(tensors, shape: ModelShape, *, lengths: tuple[int, ...], stride
             numbers[f"{m}_slope"] = Number(power_law_slope(np.array(measured), np.array(means))[0], ".2f",
                                            f"b of the mean {LABELS[m]} over every window ∝ window length^b, windows of "
                                            f"{measured[0]}–{measured[-1]}")
-        slopes = window_slope_variants(P[:n], measured, variant_strides,
-                                       {L: arrays[f"w{L}"][:, MEASURES.index("pair_ratio")] for L in measured})
+        ratio = MEASURES.index("pair_ratio")
+        by_row = {first_row: {L: arrays[f"w{L}"][:, ratio] for L in measured}, 0: {}}
+        for L in measured:  # the windows from row 0, at the smallest stride of the variants
+            starts = window_starts(n, L, 0, min(variant_strides))
+            values = windows_measured(P, L, starts, ratio_only, cached, n_sample)
+            by_row[0][L] = values[:, ratio]
+            windows += [(L, int(s), *v) for s, v in zip(starts, values.tolist())]
+        slopes = window_slope_variants(measured, variant_strides, by_row)
         numbers |= {"pair_ratio_slope_min": Number(float(slopes.min()), ".2f", "smallest b of λ2/λ1 ∝ window "
                                                    "length^b over the windows' variants"),
                     "pair_ratio_slope_max": Number(float(slopes.max()), ".2f", "largest b of λ2/λ1 ∝ window "
@@ -533,7 +567,8 @@ def window_shape(tensors, shape: ModelShape, *, lengths: tuple[int, ...], stride
                 float(np.mean(ratios < final[MEASURES.index("pair_ratio")])), ".0%",
                 f"share of the windows of {context} with a smaller λ2/λ1 than {name}'s last table", COUNT_SHARE)
     columns = ("positions", "windows", "over the windows", *(LABELS[m] for m in MEASURES))
-    return Result(numbers, {"windows": Table(columns, tuple(rows), {LABELS[m]: FORMATS[m] for m in MEASURES})}, arrays)
+    return Result(numbers, {"windows": Table(columns, tuple(rows), {LABELS[m]: FORMATS[m] for m in MEASURES}),
+                            "rows": Table(ROW_COLUMNS, tuple(windows))}, arrays)
 
 
 def _cell(column: np.ndarray, statistic=np.median) -> float | str:
@@ -626,5 +661,5 @@ register("training_grid", "What decides the helix: shape across training runs", 
 
 register("window_shape", "The table's shape in windows of the trained runs' contexts", window_shape, needs=("W_pos",),
          params={"lengths": (128, 256, 512), "stride": 8, "first_row": 1, "untrained_rows": 1, "edge": EDGE,
-                 "runs": FIGURE_RUNS, "variant_strides": (8, 16, 32)},
+                 "runs": FIGURE_RUNS, "variant_strides": (8, 16, 32), "n_sample": 3, "cached_rows": None},
          data=figure_inputs, figures={"context": plot_context})

@@ -34,6 +34,9 @@ ANALYSES = select()
 CASES = [job.label.split("/") for job in plan(ANALYSES, [model_spec(m) for m in REPORT_MODELS])]
 """Every (scope, analysis) the report holds: each model's analyses (a control only its group's), the common ones."""
 
+PASS_TIMEOUT_S = 1200
+"""The longest a kernel's pass may take (all of them run at once on the machine's cores)."""
+
 NATIVE = "native"
 """Where OpenBLAS core types cannot be chosen by name (not x86-64), the whole pass runs on the native kernel."""
 
@@ -60,20 +63,31 @@ def share(core_type: str, kernels: list[str]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def perturbed_pass(tmp_path_factory) -> dict[str, KernelPass]:
-    """Core type → its pass. Each pass computes its analyses side by side, one per core, one BLAS thread each (the
-    summation order of a thread count is one more order that the rounding-level perturbation stands for)."""
+    """Core type → its pass. The passes run side by side, each computing one analysis at a time on one BLAS thread
+    (the summation order of a thread count is one more order that the rounding-level perturbation stands for): the
+    cores stay busy until the last pass ends, where passes run one after the other left one idle at each one's end."""
     kernels = list(core_types()[0]) or [NATIVE]
-    passes = {}
+    started = {}
     for core_type in kernels:
         env = {k: v for k, v in os.environ.items() if not k.startswith("OPENBLAS_")}
         if core_type != NATIVE:
             env["OPENBLAS_CORETYPE"] = core_type
         ratios = tmp_path_factory.mktemp(core_type) / "ratios.json"
-        run = subprocess.run([sys.executable, "-m", "analyses", "verify", "--perturb", "--ratios", str(ratios),
-                              *share(core_type, kernels)], cwd=REPO, env=env, capture_output=True, text=True,
-                             timeout=900)
-        passes[core_type] = KernelPass(run.returncode, run.stdout, run.stderr,
-                                       json.loads(ratios.read_text()) if ratios.is_file() else {})
+        process = subprocess.Popen([sys.executable, "-m", "analyses", "verify", "--perturb", "--jobs", "1",
+                                    "--ratios", str(ratios), *share(core_type, kernels)],
+                                   cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        started[core_type] = (process, ratios)
+    passes = {}
+    try:
+        for core_type, (process, ratios) in started.items():
+            stdout, stderr = process.communicate(timeout=PASS_TIMEOUT_S)
+            passes[core_type] = KernelPass(process.returncode, stdout, stderr,
+                                           json.loads(ratios.read_text()) if ratios.is_file() else {})
+    finally:
+        for process, _ in started.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
     return passes
 
 

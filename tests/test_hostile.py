@@ -790,7 +790,7 @@ def test_a_read_only_cache_with_something_to_change_is_an_os_error(repo, capsys,
     assert code == cli.EXIT_OS and "Read-only file system" in one_line(err)
 
 
-@pytest.mark.parametrize("generated", ["report/provenance.qmd", "report/provenance.json"])
+@pytest.mark.parametrize("generated", ["report/provenance.qmd", "report/provenance-listing.html", "report/provenance.json"])
 def test_status_reports_a_stale_provenance_page(repo, capsys, generated):
     (repo.root / "index.qmd").write_text("# Index\n\nMean norm {{< var tiny_gpt2.position_matrix.norm_mean >}}.\n")
     (repo.root / "_quarto.yml").write_text("project: {type: book}\nbook:\n  chapters: [index.qmd]\n"

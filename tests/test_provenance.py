@@ -50,8 +50,8 @@ def test_each_entry_names_the_function_where_it_is_defined(book):
         assert re.match(rf"\s*def {name}\(", line), f"{entry.label}: {entry.where} is {line!r}, not def {name}"
 
 
-def _html_part(page: str) -> str:
-    return page[page.index('::: {.content-visible when-format="html"}\n\n## '):page.index("```{=latex}")]
+def _listing() -> str:
+    return (REPO / provenance.LISTING).read_text(encoding="utf-8")
 
 
 def _latex_part(page: str) -> str:
@@ -61,7 +61,7 @@ def _latex_part(page: str) -> str:
 def test_every_cited_key_has_its_tooltip_and_its_own_row(book):
     """A cited number links to its key's row (not to its entry): one id per key, unique, on that key's row."""
     data = json.loads((REPO / provenance.DATA).read_text())
-    page = (REPO / provenance.PAGE).read_text()
+    page = _listing()
     anchors = [data["keys"][key]["anchor"] for key in book.cites.keys]
     assert len(set(anchors)) == len(anchors), "two cited keys share a row"
     for key in book.cites.keys:
@@ -76,12 +76,11 @@ def test_every_cited_key_has_its_tooltip_and_its_own_row(book):
 def test_each_cited_key_is_a_row_of_its_entry_in_both_formats(book):
     """On the web, the key's row (its id, its name, printed value and accuracy) is in its entry's section; in
     print, its line (anchor, name, printed value, accuracy, pages) follows its entry's line."""
-    page = (REPO / provenance.PAGE).read_text()
-    web, pdf = _html_part(page), _latex_part(page)
+    web, pdf = _listing(), _latex_part((REPO / provenance.PAGE).read_text())
     for key in book.cites.keys:
         cited = book.cited[key]
         scope, name, field = key.split(".", 2)
-        section = web[web.index(f"{{#{cited.entry.anchor} "):].split("\n## ")[0]
+        section = web[web.index(f'<section id="{cited.entry.anchor}">'):].split("</section>")[0]
         row = re.search(rf'<tr id="{provenance.key_anchor(key)}"><td><code>([^<]*)</code></td><td>(.*?)</td>'
                         rf'<td>.*?</td><td title="([^"]*)">([^<]*)</td>', section)
         assert row, f"{key}: no row in its entry's section"
@@ -100,8 +99,7 @@ def test_the_print_listing_has_no_heading_and_each_hash_once(book):
     """In the PDF the appendix is one listing: no heading per entry (the table of contents lists the appendix
     alone), each entry's code hash printed once, each model's shared inputs once."""
     page = (REPO / provenance.PAGE).read_text()
-    outside_web = page.replace(_html_part(page), "")
-    assert re.findall(r"^#+ ", outside_web, re.M) == ["# "], "a heading in the PDF's part of the appendix"
+    assert re.findall(r"^#+ ", page, re.M) == ["# "], "a heading in the appendix besides its title"
     pdf = _latex_part(page)
     listed = [entry for label, entry in book.entries.items() if label in {
         book.cited[k].entry.label for k in book.cites.keys} | set(book.cites.figures)]
@@ -198,5 +196,5 @@ def test_provenance_check_and_write(cached, tmp_path, capsys):
     root = tmp_path / "repo"
     assert main(["provenance", "--check", "--root", str(root)]) == cli.EXIT_STALE
     assert main(["provenance", "--root", str(root)]) == 0
-    assert (root / provenance.PAGE).is_file() and (root / provenance.DATA).is_file()
+    assert all((root / path).is_file() for path in (provenance.PAGE, provenance.LISTING, provenance.DATA))
     assert main(["provenance", "--check", "--root", str(root)]) == 0

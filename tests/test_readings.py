@@ -307,7 +307,8 @@ def _pair_ratios(W: np.ndarray) -> np.ndarray:
 
 MAIN_SIZE_LEARNED = {"kjv-gpt2": "main", "kjv-gpt2-seed1": "main_seed1", "kjv-gpt2-ctx128": "main_ctx128",
                      "kjv-gpt2-ctx512": "main_ctx512", "kjv-gpt2-sigma01": "main_sigma01",
-                     "kjv-gpt2-poswd0": "main_poswd0", "kjv-gpt2-poswd1": "main_poswd1"}
+                     "kjv-gpt2-poswd0": "main_poswd0", "kjv-gpt2-poswd1": "main_poswd1",
+                     "kjv-gpt2-drop01": "main_drop01"}
 
 
 def _history(name: str) -> dict:
@@ -354,6 +355,42 @@ def test_the_weight_decay_runs_against_the_seeds_recomputed_from_the_committed_h
     assert abs(ratio["main_poswd0"] - mean) < gap  # about as straight as the seeds
     assert (ratio["main_poswd1"] - mean) / gap < np.sqrt(3 / 4) * t.ppf(0.975, 1)
     assert ratio["main_poswd1"] < 0.1  # far from a helix's 1
+
+
+def _variances(P: np.ndarray) -> np.ndarray:
+    """The column-centred table's variances along its principal axes, as shares of the total, largest first."""
+    X = P - P.mean(axis=0)
+    values = np.linalg.eigvalsh(X.T @ X)[::-1]
+    return values / values.sum()
+
+
+def test_dropout_bends_the_table_most_and_roughens_it_recomputed_from_the_committed_histories():
+    """"The change whose table ends most bent is dropout, above both seeds at every snapshot of the second half; a
+    smaller table, rougher, not rounder: what PC1 loses goes mostly beyond the first three components; its held-out
+    loss ends higher": from the committed histories with other code (eigenvalues of XᵀX, not an SVD of X)."""
+    grid = _cached("common", "training_grid")
+    assert grid["cause_most_pair_ratio_key"] == "main_drop01"
+    h = {key: _history(name) for name, key in MAIN_SIZE_LEARNED.items()}
+    last = {key: _pair_ratios(v["history.W_pos"][-1:].astype(np.float64))[0] for key, v in h.items()}
+    causes = ("main_poswd0", "main_poswd1", "main_sigma01", "main_drop01")
+    assert max(causes, key=last.get) == "main_drop01"
+    steps = h["main"]["history.steps"]
+    assert all(np.array_equal(h[key]["history.steps"], steps) for key in ("main_seed1", "main_drop01"))
+    half = steps >= steps[-1] / 2
+    ratios = {key: _pair_ratios(h[key]["history.W_pos"][half].astype(np.float64))
+              for key in ("main", "main_seed1", "main_drop01")}
+    assert np.all(ratios["main_drop01"] > np.maximum(ratios["main"], ratios["main_seed1"]))
+    shares = {key: _variances(h[key]["history.W_pos"][-1].astype(np.float64))
+              for key in ("main", "main_seed1", "main_drop01")}
+    for seed in ("main", "main_seed1"):
+        lost = shares[seed][0] - shares["main_drop01"][0]
+        beyond = shares["main_drop01"][3:].sum() - shares[seed][3:].sum()
+        assert lost > 0 and beyond > lost / 2, seed  # mostly beyond the top three, not into PC2 and PC3
+        rms = {k: np.sqrt(np.mean(h[k]["history.W_pos"][-1].astype(np.float64) ** 2)) for k in (seed, "main_drop01")}
+        assert rms["main_drop01"] < rms[seed]
+        assert h["main_drop01"]["history.eval_loss"][-1] > h[seed]["history.eval_loss"][-1]
+    assert grid["main_drop01_pc1"] == pytest.approx(shares["main_drop01"][0], rel=1e-6)
+    assert grid["main_drop01_top3"] == pytest.approx(shares["main_drop01"][:3].sum(), rel=1e-6)
 
 
 def test_the_bucket_tasks_table_winds_beyond_random_walks_of_its_shape():

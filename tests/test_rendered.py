@@ -104,6 +104,9 @@ def chapters() -> tuple[Chapter, ...]:
 
 
 CHAPTER_IDS = [c.name for c in chapters()]
+LISTING = "provenance-listing"
+"""The listing (plain HTML beside the appendix) that every cited number and cached figure links to."""
+LISTING_PAGE = Path("report") / f"{LISTING}.html"
 
 
 def float_labels(text: str, kind: str) -> list[str]:
@@ -150,14 +153,17 @@ _RENDERING: dict[str, object] = {}
 
 
 def start_render(gpt2_weights: Path) -> None:
-    """Start `quarto render` of the whole book (HTML and PDF) into _book/ in the background, once per session; the
+    """Start the render of the whole book into _book/ in the background, once per session, as `make report` renders it
+    (report/_scripts/render-both.sh: the pre-render step once, then the website and the PDF side by side); the
     conftest calls this as soon as the tests are collected, so that the render runs beside the other tests."""
     if QUARTO is None or _RENDERING:
         return
     shutil.rmtree(BOOK, ignore_errors=True)
     env = os.environ | {"ANALYSES_PYTHON": sys.executable, "GPT2_WEIGHTS": str(gpt2_weights)}
     log = tempfile.TemporaryFile("w+")
-    process = subprocess.Popen([QUARTO, "render"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    env["PATH"] = f"{Path(QUARTO).parent}{os.pathsep}{env.get('PATH', '')}"
+    process = subprocess.Popen(["bash", str(REPO / "report" / "_scripts" / "render-both.sh")], cwd=REPO, env=env,
+                               stdout=log, stderr=subprocess.STDOUT, text=True)
     _RENDERING.update(log=log, start=time.monotonic(), process=process)
     atexit.register(lambda: process.poll() is None and process.kill())  # an interrupted session leaves no render
 
@@ -374,15 +380,15 @@ def browser_visits(book, tmp_path_factory) -> dict[str, Visit]:
                     r.abort("blockedbyclient")
 
             context.route("**/*", route)
-            for chapter in chapters():
-                current, visit = chapter.name, Visit()
+            for current, page_path in [*((c.name, c.page) for c in chapters()), (LISTING, LISTING_PAGE)]:
+                visit = Visit()
                 visits[current] = visit
                 start = time.monotonic()
                 tab = context.new_page()
                 tab.on("console", lambda m, v=visit: v.console_errors.append(m.text) if m.type == "error" else None)
                 tab.on("pageerror", lambda e, v=visit: v.console_errors.append(f"uncaught: {e}"))
                 tab.on("response", lambda r, v=visit: v.failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
-                tab.goto(f"{origin}/{chapter.page.as_posix()}", wait_until="load")
+                tab.goto(f"{origin}/{page_path.as_posix()}", wait_until="load")
                 if tab.query_selector(".plotly-graph-div"):
                     try:  # after 'load', plotly.js has either run or failed to load
                         tab.wait_for_function(
@@ -410,9 +416,9 @@ def browser_visits(book, tmp_path_factory) -> dict[str, Visit]:
                 visit.rows = {k: tuple(v) for k, v in tab.evaluate(
                     "() => Object.fromEntries([...document.querySelectorAll('tr[id]')].map(r => [r.id,"
                     " [r.cells[0].innerText.trim(), (r.closest('section[id]') || {}).id || '']]))").items()}
-                # the provenance appendix is one long listing (every cited number): its first screen is what a person
+                # the provenance listing is one long page (every cited number): its first screen is what a person
                 # looks at, and a full-page capture of it took ~30 s
-                tab.screenshot(path=str(SCREENSHOTS / f"{current}.png"), full_page=current != "provenance",
+                tab.screenshot(path=str(SCREENSHOTS / f"{current}.png"), full_page=current != LISTING,
                                timeout=120_000)
                 tab.close()
                 visit.seconds = time.monotonic() - start
@@ -457,7 +463,7 @@ def real_failures(visit: Visit) -> tuple[list[str], list[str]]:
     return errors, failed
 
 
-@pytest.mark.parametrize("name", CHAPTER_IDS)
+@pytest.mark.parametrize("name", [*CHAPTER_IDS, LISTING])
 def test_page_loads_in_chromium_without_errors(browser_visits, name):
     visit = browser_visits[name]
     errors, failed = real_failures(visit)
@@ -483,25 +489,25 @@ def test_interactive_helix_is_drawn_by_plotly(browser_visits):
 
 
 PROVENANCE = "provenance"
-"""The generated appendix (analyses/provenance) that every cited number and cached figure links to."""
+"""The generated appendix (analyses/provenance): on the web it points to the listing."""
 
 
 def _provenance_target(href: str, visits: dict[str, Visit]) -> bool:
-    """A link to an entry of the provenance page (a figure's caption links there)."""
+    """A link to an entry of the provenance listing (a figure's caption links there)."""
     path, _, anchor = href.partition("#")
-    return path.endswith(f"{PROVENANCE}.html") and anchor.startswith("prov-") and anchor in visits[PROVENANCE].ids
+    return path.endswith(f"{LISTING}.html") and anchor.startswith("prov-") and anchor in visits[LISTING].ids
 
 
 def _lands_on_row(key: str, href: str, visits: dict[str, Visit]) -> str | None:
-    """Why a cited number's link does not land on its key's own row of the provenance page (None if it does):
+    """Why a cited number's link does not land on its key's own row of the provenance listing (None if it does):
     the target must be a table row whose first cell is the key's name, in the section of the key's entry."""
     path, _, anchor = href.partition("#")
-    if not path.endswith(f"{PROVENANCE}.html"):
-        return f"{key} links to {href}, not to the provenance page"
-    if anchor not in visits[PROVENANCE].rows:
-        return f"{key} links to #{anchor}, which is no row of the provenance page"
+    if not path.endswith(f"{LISTING}.html"):
+        return f"{key} links to {href}, not to the provenance listing"
+    if anchor not in visits[LISTING].rows:
+        return f"{key} links to #{anchor}, which is no row of the provenance listing"
     scope, analysis, name = key.split(".", 2)
-    cell, section = visits[PROVENANCE].rows[anchor]
+    cell, section = visits[LISTING].rows[anchor]
     entry = f"prov-{scope}-{analysis}".replace("_", "-")
     if (cell, section) != (name, entry):
         return f"{key} lands on the row {cell!r} of section #{section}, not on {name!r} of #{entry}"

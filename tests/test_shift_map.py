@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from analyses.engine.registry import all_analyses
+from analyses.engine.results import checked_sample
 from analyses.shift_map import CONTROL_BOUND, best_orthogonal, block_parity, heldout_shares, shift_map_analysis
 from analyses.toolkit.pvalues import draws_for
 from analyses.toolkit.sinusoids import sinusoidal_table
@@ -73,12 +74,34 @@ def test_row_0_and_the_untrained_rows_are_left_out():
     spiked[0] += 1e3
     spiked[-1] -= 1e3
     kwargs = dict(ks=(1, 4), blocks=(16, 8), ranks=(3,), leading_rows=1, untrained_rows=1, n_draws=3, seed=0,
-                  sinusoid_base=10000.0, control_width=8, control_base=100.0)
+                  sinusoid_base=10000.0, control_width=8, control_base=100.0, n_sample=3, cached_rows=None)
     a = shift_map_analysis({"W_pos": P}, None, **kwargs)
     b = shift_map_analysis({"W_pos": spiked}, None, **kwargs)
     assert a.numbers["n_rows"].value == 200
     assert a.numbers["learned_full_k1_affine"].value == pytest.approx(b.numbers["learned_full_k1_affine"].value)
     assert a.numbers["control_max"].value == CONTROL_BOUND
+
+
+def test_a_check_handed_the_cached_draws_measures_its_sample_again_and_reads_the_rest():
+    """With its own table `rows` handed back the analysis gives the same result bit for bit; an edited cached draw
+    outside the checked sample is read as cached (its null's mean moves), one inside it is measured again."""
+    rng = np.random.default_rng(4)
+    P = np.cumsum(rng.standard_normal((130, 6)), axis=0)
+    kwargs = dict(ks=(1, 4), blocks=(16, 8), ranks=(3,), leading_rows=1, untrained_rows=1, n_draws=9, seed=0,
+                  sinusoid_base=10000.0, control_width=8, control_base=100.0, n_sample=3)
+    full = shift_map_analysis({"W_pos": P}, None, **kwargs, cached_rows=None)
+    table = full.tables["rows"]
+    rows = {c: [row[i] for row in table.rows] for i, c in enumerate(table.columns)}
+    again = shift_map_analysis({"W_pos": P}, None, **kwargs, cached_rows=rows)
+    assert again.numbers == full.numbers and again.tables["rows"].rows == table.rows
+    column = "full k1 affine"
+    edited = {c: list(v) for c, v in rows.items()}
+    assert checked_sample(9, 3) == {0, 4, 8} and rows["null"][4] == rows["null"][5] == "walks"
+    edited[column][4] += 9.0  # walks, draw 4: in the sample, measured again
+    edited[column][5] += 9.0  # walks, draw 5: outside it, read as cached, so the walks' mean moves by 9 / 9
+    moved = shift_map_analysis({"W_pos": P}, None, **kwargs, cached_rows=edited)
+    assert moved.tables["rows"].rows[4] == table.rows[4]
+    assert moved.numbers["walks_full_k1_affine"].value == pytest.approx(full.numbers["walks_full_k1_affine"].value + 1.0)
 
 
 def test_the_registered_draws_let_holm_reject_every_test_of_a_family():

@@ -167,13 +167,14 @@ def test_the_committed_model_matches_its_checksums_and_record(spec):
 
 def test_the_committed_models_fit_the_size_budget():
     """Each main-size run within 16 MiB (its history grows with the context), each small run within 4 MiB, the text
-    runs within 88 MiB (64 MiB before the two runs that change the position table's weight decay, about 8.5 MiB each,
-    their weights kept so that their heads can be read like the main run's); the synthetic tasks' runs (full weights,
-    since their layer-0 heads are measured; about 2 MB each) within 8 MiB of their own."""
+    runs within 96 MiB (64 MiB before the two runs that change the position table's weight decay and 88 MiB before the
+    embedding-dropout run, about 8.5 MiB each, their weights kept so that their heads can be read like the main run's);
+    the synthetic tasks' runs (full weights, since their layer-0 heads are measured; about 2 MB each) within 8 MiB of
+    their own."""
     size = {spec.name: sum(p.stat().st_size for p in _directory(spec).iterdir()) for spec in TRAINED}
     assert all(v < (16 if k.startswith("kjv-gpt2") else 4) * 2**20 for k, v in size.items())
     text = sum(size[spec.name] for spec in TEXT)
-    assert text < 88 * 2**20
+    assert text < 96 * 2**20
     assert sum(size.values()) - text < 8 * 2**20
 
 

@@ -11,6 +11,7 @@ import pytest
 from analyses.engine.sources import GRID, MAIN_RECIPE, MODELS, ModelShape
 from analyses.toolkit.table_shape import (MEASURES, bulk_turns, pair_ratio, power_law_intervals, power_law_slope,
                                           reference_shapes, table_shape)
+from analyses.engine.results import checked_sample
 from analyses.toolkit.training import Recipe
 from analyses.training_grid import (CAUSE_RUNS, COMPUTE_ONLY, CONTEXT_RUNS, MAIN_RUNS, RUNS, cause_effects, change,
                                     context_scaling, context_slope_variants,
@@ -72,7 +73,7 @@ def test_windows_of_a_helix_cut_the_turns_in_proportion_and_every_window_from_ro
     median, smallest and largest."""
     shape = ModelShape("toy", "gpt2", 16, 1025, 1, 1, 10, 64, "pre")
     r = window_shape({"W_pos": helix(1025, 1025 / 128)}, shape, lengths=(256, 512), stride=64, first_row=1,
-                     untrained_rows=1, edge=100, runs=(), variant_strides=(64, 128))
+                     untrained_rows=1, edge=100, runs=(), variant_strides=(64, 128), n_sample=3, cached_rows=None)
     assert r.numbers["w512_turns_median"].value == pytest.approx(4.0, rel=0.02)
     assert r.numbers["turns_slope"].value == pytest.approx(1.0, abs=0.03)  # a fixed period: turns ∝ length
     assert r.numbers["w256_turns_min"].value == pytest.approx(2.0, rel=0.03)
@@ -92,10 +93,35 @@ def test_the_window_summary_is_the_median_and_range_of_every_window_not_of_a_few
     P = helix(1025, 0.0, rise=1.0)
     P[600:700, 1] = 40 * np.sin(np.linspace(0, np.pi, 100))  # a bump away from the line
     r = window_shape({"W_pos": P}, shape, lengths=(128,), stride=8, first_row=1, untrained_rows=1, edge=100, runs=(),
-                     variant_strides=(8,))
+                     variant_strides=(8,), n_sample=3, cached_rows=None)
     ratios = np.array([pair_ratio(P[s:s + 128]) for s in np.arange(1, 1024 - 128 + 1, 8)])
     assert r.numbers["w128_pair_ratio_median"].value == pytest.approx(np.median(ratios)) and np.median(ratios) < 1e-9
     assert r.numbers["w128_pair_ratio_max"].value == pytest.approx(ratios.max()) and ratios.max() > 0.05
+
+
+def test_a_check_handed_the_cached_rows_measures_its_sample_again_and_reads_the_rest():
+    """`window_shape` with its own table `rows` handed back gives the same result bit for bit; a cached value outside
+    the checked sample is taken as cached (so an edit there shows in the aggregates), one inside it is measured again
+    (so an edit there is undone): the check costs its sample, and every number still follows from every window."""
+    shape = ModelShape("toy", "gpt2", 16, 1025, 1, 1, 10, 64, "pre")
+    P = helix(1025, 1025 / 300) + 0.05 * np.random.default_rng(0).standard_normal((1025, 16))
+    params = dict(lengths=(256, 512), stride=64, first_row=1, untrained_rows=1, edge=100, runs=(),
+                  variant_strides=(64, 128), n_sample=3)
+    full = window_shape({"W_pos": P}, shape, **params, cached_rows=None)
+    table = full.tables["rows"]
+    rows = {c: [row[i] for row in table.rows] for i, c in enumerate(table.columns)}
+    again = window_shape({"W_pos": P}, shape, **params, cached_rows=rows)
+    assert again.numbers == full.numbers
+    np.testing.assert_array_equal(np.array(again.tables["rows"].rows), np.array(table.rows))  # NaN periods equal
+    w256 = [i for i, (L, first) in enumerate(zip(rows["positions"], rows["first row"])) if L == 256 and first % 64 == 1]
+    sampled = sorted(checked_sample(len(w256), 3))
+    assert sampled == [0, 6, 11] and len(w256) == 12
+    edited = {c: list(v) for c, v in rows.items()}
+    edited["turns"][w256[6]] += 1.0   # inside the sample: measured again
+    edited["turns"][w256[1]] += 100.0  # outside it: read as cached, so the largest turns over windows of 256 moves
+    moved = window_shape({"W_pos": P}, shape, **params, cached_rows=edited)
+    np.testing.assert_array_equal(moved.tables["rows"].rows[w256[6]], table.rows[w256[6]])
+    assert moved.numbers["w256_turns_max"].value == pytest.approx(rows["turns"][w256[1]] + 100.0)
 
 
 def _arc(n: int, period: float = 1000.0) -> np.ndarray:
@@ -110,11 +136,12 @@ def test_every_variant_of_the_fits_finds_the_same_scaling_in_a_clean_case():
     slopes = context_slope_variants(ratios, contexts)
     assert len(slopes) == 10 and 1.9 < slopes.min() <= slopes.max() < 2.3 and np.ptp(slopes) < 0.15
     arc, lengths = _arc(1024), [128, 256, 512]
-    cited = {L: np.array([pair_ratio(arc[s:s + L]) for s in range(1, 1024 - L + 1, 8)]) for L in lengths}
-    windows = window_slope_variants(arc, lengths, (8, 16, 32), cited)
+    by_row = {first: {L: np.array([pair_ratio(arc[s:s + L]) for s in range(first, 1024 - L + 1, 8)]) for L in lengths}
+              for first in (1, 0)}
+    windows = window_slope_variants(lengths, (8, 16, 32), by_row)
     assert len(windows) == 12 and 1.9 < windows.min() <= windows.max() < 2.3 and np.ptp(windows) < 0.15
     with pytest.raises(ValueError, match="multiple"):
-        window_slope_variants(arc, lengths, (8, 12), cited)
+        window_slope_variants(lengths, (8, 12), by_row)
 
 
 def test_the_variants_of_the_context_fit_span_a_run_that_is_off_the_trend():
@@ -186,7 +213,7 @@ def test_every_grid_run_changes_one_thing_from_its_reference_and_keeps_the_token
     assert change("kjv-gpt2-sinusoidal") == "fixed sinusoidal positions, RMS 0.034"
     assert [MODELS[n].recipe.n_ctx for n in CONTEXT_RUNS] == [128, 256, 256, 512]
     assert [change(n) for n in CAUSE_RUNS] == ["weight decay on the position table 0", "weight decay on the position "
-                                               "table 1", "initial position noise 0.01"]
+                                               "table 1", "embedding dropout 0.1", "initial position noise 0.01"]
     assert all(MODELS[n].recipe.n_ctx == MAIN_RECIPE.n_ctx for n in CAUSE_RUNS)
 
 

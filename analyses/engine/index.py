@@ -34,6 +34,12 @@ _Dumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(
     "tag:yaml.org,2002:str", text, style="'" if YAML12_SCALAR.fullmatch(text) else None))
 
 
+def read_yaml(text: str):
+    """`yaml.safe_load` with libyaml's parser when PyYAML has it (the same values, about ten times faster on
+    `_variables.yml`)."""
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 @dataclass(frozen=True)
 class Index:
     """The text of both generated files."""
@@ -117,10 +123,10 @@ def differences(disk: Index | None, fresh: Index) -> list[str]:
         return []
     problems = []
     try:
-        old = _flatten(yaml.safe_load(disk.variables) or {})
+        old = _flatten(read_yaml(disk.variables) or {})
     except yaml.YAMLError as exc:
         return [f"_variables.yml is not valid YAML ({exc.__class__.__name__})"]
-    new = _flatten(yaml.safe_load(fresh.variables) or {})
+    new = _flatten(read_yaml(fresh.variables) or {})
     for key in sorted(set(old) | set(new)):
         if key not in new:
             problems.append(f"_variables.yml holds {key}, which the book does not cite or no verified cache entry holds")

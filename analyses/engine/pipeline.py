@@ -265,7 +265,7 @@ def _refuse_dropping_citations(jobs: list[Job], cache: Cache) -> None:
     and whose files are damaged or gone: rebuilding the cited files would drop its values without a word."""
     disk = index.on_disk(cache)
     try:
-        cited = yaml.safe_load(disk.variables) if disk is not None else None
+        cited = index.read_yaml(disk.variables) if disk is not None else None
     except yaml.YAMLError:
         return
     running, owned = {(job.scope, job.analysis.name) for job in jobs}, owner()
@@ -293,7 +293,7 @@ def _refuse_dropping_model_keys(jobs: list[Job], inputs: dict[str, dict], reason
     (`index.build`), so a targeted run on other weights would drop it without a word."""
     disk = index.on_disk(cache)
     try:
-        cited = yaml.safe_load(disk.variables) if disk is not None else None
+        cited = index.read_yaml(disk.variables) if disk is not None else None
     except yaml.YAMLError:
         return
     computing = {(job.scope, job.analysis.name): job for job in jobs

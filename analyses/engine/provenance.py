@@ -1,7 +1,8 @@
 """Where every cited number comes from: from a `{{< var >}}` key to the analysis, code and inputs that made it.
 
 Built from the verified cache and the registry, never typed. `records` resolves every key of the cache;
-`write` generates the book's provenance appendix (`report/provenance.qmd`) and the data its Lua filter
+`write` generates the book's provenance appendix (`report/provenance.qmd`: the PDF's listing), the web's listing
+(`report/provenance-listing.html`, plain HTML that Quarto serves without rendering it) and the data its Lua filter
 (`report/_scripts/provenance.lua`) reads to turn each cited number into a link (`report/provenance.json`);
 `describe` is what `python -m analyses explain KEY` prints. A package of its own, outside the engine: it
 shapes no cached byte, so it is in no analysis's code hash.
@@ -28,6 +29,8 @@ from analyses.engine.sources import MODELS, shape_from_config
 
 PAGE = Path("report") / "provenance.qmd"
 DATA = Path("report") / "provenance.json"
+LISTING = Path("report") / "provenance-listing.html"
+"""The web's listing of every cited key (plain HTML, which `_quarto.yml` serves as a resource)."""
 VAR = re.compile(r"\{\{<\s*var\s+([\w.-]+)\s*>\}\}")
 ENTRY_KEYS = ("status", "reason")
 """Keys of `_variables.yml` that an entry's manifest, not its numbers.json, holds."""
@@ -363,8 +366,8 @@ def _html(text: str) -> str:
     return "".join(f"<code>{p}</code>" if i % 2 else printed(p) for i, p in enumerate(parts))
 
 
-def _keys_table(keys: list[Cited], cites: Citations) -> list[str]:
-    """On the web, the entry's cited keys, one row each with its own id: the row a cited number links to."""
+def _keys_table(keys: list[Cited], cites: Citations) -> str:
+    """The entry's cited keys, one row each with its own id: the row a cited number links to."""
     rows = []
     for c in keys:
         cited_in = ", ".join(f'<a href="{_chapter_href(s)}">{html.escape(Path(s).stem)}</a>'
@@ -374,35 +377,62 @@ def _keys_table(keys: list[Cited], cites: Citations) -> list[str]:
                     f"<td>{_html(c.text)}</td><td>{unrounded}</td>"
                     f'<td title="{html.escape(c.accuracy_text)}">{html.escape(_short_accuracy(c.accuracy))}</td>'
                     f"<td>{cited_in}</td></tr>")
-    return ["```{=html}", '<table class="table table-sm provenance-keys">',
-            "<thead><tr><th>key</th><th>printed</th><th>unrounded value</th><th>declared accuracy</th>"
-            "<th>cited in</th></tr></thead>", "<tbody>", *rows, "</tbody></table>", "```", ""]
+    return "\n".join(['<table class="provenance-keys">',
+                      "<thead><tr><th>key</th><th>printed</th><th>unrounded value</th><th>declared accuracy</th>"
+                      "<th>cited in</th></tr></thead>", "<tbody>", *rows, "</tbody></table>"])
 
 
-def _entry_section(entry: Entry, keys: list[Cited], cites: Citations) -> list[str]:
-    """On the web: what computed the entry from what, at a glance, with the recompute commands; the code hash,
-    libraries and status folded below; then every cited key of it, one row each."""
-    out = [f"## {entry.scope} · {entry.name} {{#{entry.anchor} .unnumbered}}", ""]
-    inputs = " and ".join(f"{_code_span(f)} (sha256 {_code_span(d)})" for f, d in sorted(entry.inputs.items()))
-    params = ", ".join(_code_span(f"{k}={json.dumps(v, sort_keys=True)}") for k, v in sorted(entry.params.items()))
-    out += [f"*{entry.title}.* Computed by {_code_span(entry.function)}, defined in {_code_span(entry.where)}, "
-            + (f"from {inputs}" if inputs else "from no weights") + (f", with {params}." if params else "."), ""]
+def _code_html(text: str) -> str:
+    return f"<code>{html.escape(text)}</code>"
+
+
+def _entry_section(entry: Entry, keys: list[Cited], cites: Citations) -> str:
+    """One entry of the web listing: what computed it from what, at a glance, with the recompute commands; the code
+    hash, libraries and status folded below; then every cited key of it, one row each."""
+    inputs = " and ".join(f"{_code_html(f)} (sha256 {_code_html(d)})" for f, d in sorted(entry.inputs.items()))
+    params = ", ".join(_code_html(f"{k}={json.dumps(v, sort_keys=True)}") for k, v in sorted(entry.params.items()))
     example = next((c.key for c in keys if _numeric(c.value)), keys[0].key if keys else None)
-    out += ["```bash", *entry.commands(example), "```", "",
-            "<details><summary>Code hash, libraries and status</summary>", ""]
+    folded = []
     if entry.code:
-        out.append(f"- **Code hash** (every module on its path): {_code_span(entry.code)}")
+        folded.append(f"<li><strong>Code hash</strong> (every module on its path): {_code_html(entry.code)}</li>")
     if entry.libraries:
-        out.append("- **Libraries**: " + ", ".join(f"{k} {v}" for k, v in sorted(entry.libraries.items())))
-    out.append(f"- **Status**: {entry.status}" + (f" ({entry.reason})" if entry.reason else "")
-               + "; every output matches the sha256 its manifest records")
+        folded.append("<li><strong>Libraries</strong>: "
+                      + html.escape(", ".join(f"{k} {v}" for k, v in sorted(entry.libraries.items()))) + "</li>")
+    folded.append(f"<li><strong>Status</strong>: {html.escape(entry.status)}"
+                  + (f" ({html.escape(entry.reason)})" if entry.reason else "")
+                  + "; every output matches the sha256 its manifest records</li>")
     if cites.figures.get(entry.label):
-        out.append("- **Figures**: " + ", ".join(_code_span(f) for f in cites.figures[entry.label]))
-    out += ["", "</details>", ""]
-    return out + (_keys_table(keys, cites) if keys else [])
+        folded.append("<li><strong>Figures</strong>: " + ", ".join(map(_code_html, cites.figures[entry.label])) + "</li>")
+    return "\n".join([
+        f'<section id="{entry.anchor}">',
+        f"<h2>{html.escape(entry.scope)} · {html.escape(entry.name)}</h2>",
+        f"<p><em>{html.escape(entry.title)}.</em> Computed by {_code_html(entry.function)}, defined in "
+        f"{_code_html(entry.where)}, " + (f"from {inputs}" if inputs else "from no weights")
+        + (f", with {params}." if params else ".") + "</p>",
+        "<pre><code>" + html.escape("\n".join(entry.commands(example))) + "</code></pre>",
+        "<details><summary>Code hash, libraries and status</summary><ul>", *folded, "</ul></details>",
+        *([_keys_table(keys, cites)] if keys else []), "</section>"])
 
 
-# --- the PDF's listing: compact, in two columns, no heading per entry ----------------------------------------
+LISTING_STYLE = """\
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
+       color: #212529; line-height: 1.5; margin: 0 auto; max-width: 64rem; padding: 1rem 1.5rem 4rem; }
+a { color: #2780e3; }
+h1 { font-size: 1.75rem; } h2 { font-size: 1.25rem; margin: 2rem 0 0.5rem; border-top: 1px solid #dee2e6;
+                              padding-top: 1rem; }
+code { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 0.875em;
+       overflow-wrap: anywhere; color: #9753b8; }
+pre { background: #f8f9fa; padding: 0.5rem 0.75rem; white-space: pre-wrap; }
+pre code { color: inherit; }
+table { border-collapse: collapse; width: 100%; font-size: 0.875rem; margin: 0.5rem 0; }
+th, td { border-bottom: 1px solid #dee2e6; padding: 0.25rem 0.5rem; text-align: left; vertical-align: top; }
+tr:target { background: #fff3cd; }
+section:target h2 { background: #fff3cd; }
+nav { font-size: 0.9rem; }
+"""
+
+
+# --- the PDF's listing# --- the PDF's listing: compact, in two columns, no heading per entry ----------------------------------------
 
 HASH_DIGITS = 16
 """The hex digits of a hash printed in the PDF (the web page and the manifests hold all 64)."""
@@ -491,13 +521,15 @@ compares the result with the cache at the value's declared accuracy; `python -m 
 every entry.
 
 ::: {.content-visible when-format="html"}
-For each entry: the function that computed it (its module, and its file and line in the repository, which
-has no public remote, so the path is relative to it), its parameters, the SHA-256 of every input file, the
-commands that recompute it, and, folded, the hash of its code, the library versions and its status; then
-every key the book cites from it, with its printed and unrounded value, its declared accuracy and the
-chapters that cite it (accuracies: rel., relative to the value; text, printed as computed; bound, the value
-stays below it). Every cited number in the book links to its key's row here, and its tooltip gives the
-printed digits and their accuracy in words.
+The listing is [a page of its own](provenance-listing.html), written from the cache with the book (one
+page of plain HTML, not rendered by Quarto, which would spend seconds on its thousands of rows). For each
+entry: the function that computed it (its module, and its file and line in the repository, which has no
+public remote, so the path is relative to it), its parameters, the SHA-256 of every input file, the commands
+that recompute it, and, folded, the hash of its code, the library versions and its status; then every key
+the book cites from it, with its printed and unrounded value, its declared accuracy and the chapters that
+cite it (accuracies: rel., relative to the value; text, printed as computed; bound, the value stays below
+it). Every cited number in the book links to its key's row there, and its tooltip gives the printed digits
+and their accuracy in words.
 :::
 
 ::: {.content-visible when-format="pdf"}
@@ -534,18 +566,37 @@ class Provenance:
         wanted = {self.cited[k].entry.label for k in self.cites.keys if k in self.cited} | (
             set(self.cites.figures) & set(self.entries))
         order = sorted(self.entries.items(), key=lambda item: (item[1].scope, item[1].name != "model", item[0]))
-        return [(entry, [c for k, c in sorted(self.cited.items()) if c.entry is entry and k in self.cites.keys])
-                for label, entry in order if label in wanted]
+        keys_of: dict[int, list[Cited]] = {}
+        for key in sorted(k for k in self.cites.keys if k in self.cited):
+            keys_of.setdefault(id(self.cited[key].entry), []).append(self.cited[key])
+        return [(entry, keys_of.get(id(entry), [])) for label, entry in order if label in wanted]
 
     def page(self) -> str:
-        """The provenance appendix: on the web one section per entry the book cites, in print one listing."""
+        """The provenance appendix: on the web a pointer to the listing (`listing`), in print the listing itself."""
         groups = self._groups()
-        parts = [HEADER, '::: {.content-visible when-format="html"}', ""]
-        for entry, keys in groups:
-            parts.append("\n".join(_entry_section(entry, keys, self.cites)))
         libraries = [set(entry.libraries.items()) for entry, _ in groups if entry.libraries]
-        parts += [":::", "", _pdf_listing(groups, dict(set.intersection(*libraries)) if libraries else {})]
+        parts = [HEADER, _pdf_listing(groups, dict(set.intersection(*libraries)) if libraries else {})]
         return "\n".join(parts).rstrip() + "\n"
+
+    def listing(self) -> str:
+        """The web's listing, a page of plain HTML beside the appendix: one section per entry the book cites (its id
+        the entry's anchor), one row per cited key (its id `key_anchor`), which every cited number links to."""
+        sections = [_entry_section(entry, keys, self.cites) for entry, keys in self._groups()]
+        return "\n".join([
+            "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            "<title>Provenance of the cited numbers – Where GPT-2 Keeps Position</title>",
+            f"<style>\n{LISTING_STYLE}</style>", "</head>", "<body>",
+            "<!-- Generated by `python -m analyses provenance` from report/_cache and the registry: do not edit. -->",
+            '<nav><a href="../index.html">Where GPT-2 Keeps Position</a> · '
+            '<a href="provenance.html">the provenance appendix</a></nav>',
+            "<h1>Provenance of the cited numbers</h1>",
+            "<p>Every number the book cites comes from one cache entry, computed by one analysis from the inputs listed "
+            "below. <code>python -m analyses explain KEY --recompute</code> recomputes any of them and compares the "
+            "result with the cache at the value's declared accuracy; <code>python -m analyses verify</code> does so "
+            "for every entry. Accuracies: rel., relative to the value; text, printed as computed; bound, the value "
+            "stays below it.</p>",
+            *sections, "</body>", "</html>"]) + "\n"
 
     def data(self) -> str:
         """What the Lua filters need: each cited key's row anchor and tooltip; each figure entry's anchor, tooltip
@@ -566,7 +617,10 @@ class Provenance:
                           ensure_ascii=False) + "\n"
 
     def files(self) -> dict[Path, str]:
-        return {PAGE: self.page(), DATA: self.data()}
+        """The generated files' texts by path, built once per read of the cache."""
+        if "_files" not in self.__dict__:
+            object.__setattr__(self, "_files", {PAGE: self.page(), LISTING: self.listing(), DATA: self.data()})
+        return self._files
 
 
 def outdated(root: Path, provenance: Provenance) -> list[str]:

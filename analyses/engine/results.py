@@ -139,6 +139,12 @@ class Text:
         return self.value
 
 
+def checked_sample(count: int, n_sample: int) -> set[int]:
+    """The indices of `n_sample` items out of `count` (windows, null draws), evenly spaced from the first to the last:
+    those that an analysis handed its cached rows (`cached_rows`, see `engine.verify.CACHED_ROWS`) computes again."""
+    return set(np.linspace(0, count - 1, min(n_sample, count)).round().astype(int).tolist())
+
+
 def period_or_undefined(period: float, fmt: str, description: str) -> Number | Text:
     """A helix period where it is defined; where it is not (NaN: the bulk holds less than one turn), the text
     "undefined", so that no table or sentence prints a period of an angle that has not come round once."""

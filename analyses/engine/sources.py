@@ -215,6 +215,7 @@ GRID = {
     "kjv-gpt2-sinusoidal": replace(MAIN_RECIPE, positions=FIXED_POSITIONS, position_init_std=SINUSOIDAL_RMS),
     "kjv-gpt2-poswd0": replace(MAIN_RECIPE, position_weight_decay=0.0, threads=1),
     "kjv-gpt2-poswd1": replace(MAIN_RECIPE, position_weight_decay=1.0, threads=1),
+    "kjv-gpt2-drop01": replace(MAIN_RECIPE, embedding_dropout=0.1, threads=1),
     "kjv-small": GRID_BASE,
     "kjv-small-sigma01": replace(GRID_BASE, position_init_std=0.01),
     "kjv-small-warmup100": replace(GRID_BASE, warmup=100),
@@ -224,8 +225,10 @@ GRID = {
 }
 """The training grid. Main size (each changes one thing from the main recipe, 3,000 steps of 4,096 tokens, about
 half an hour on two CPU cores): a context of 128 and of 512 positions at equal tokens per step and equal held-out tokens,
-GPT-2's position noise σ = 0.01 in place of 0.005, and fixed sinusoidal positions (Vaswani et al.'s table at the
-learned table's final RMS, never trained) in place of learned ones. Small (each changes one thing from the small base or from its
+GPT-2's position noise σ = 0.01 in place of 0.005, fixed sinusoidal positions (Vaswani et al.'s table at the
+learned table's final RMS, never trained) in place of learned ones, no weight decay on the position table and a decay
+of 1.0 on it alone, and GPT-2's dropout of 0.1 on the embeddings (the last three trained on one thread each, side by
+side with other runs). Small (each changes one thing from the small base or from its
 longer run): the base; σ = 0.01; a warm-up of 100 steps in place of 30; another seed; twice the steps; and that
 longer run at a context of 128. No small run forms a ramp (issue 33), hence the main-size runs."""
 

@@ -200,10 +200,11 @@ def helix_winding(P: np.ndarray, *, edge: int = EDGE, n_trained: int | None = No
     if not 8 <= n <= len(P):
         raise ValueError(f"need 8 <= n_trained <= {len(P)}, got {n_trained}")
     edge = bulk_edge(n, edge)
-    Z = principal_coordinates(P[:n], 2)
+    plane = top_right_singular_vectors(P[:n], 2, center=True)  # one SVD for the coordinates and the shares
+    Z = (P[:n] - P[:n].mean(axis=0)) @ plane  # `principal_coordinates(P[:n], 2)`
     window = turn_length(Z, edge)
 
-    shares = on_helix_shares(P[:n], window)
+    shares = on_helix_shares(P[:n], window, U=plane)
     stretches = [on_helix_stretch(shares, threshold) for threshold in ON_HELIX_SHARES]
     stretch = stretches[ON_HELIX_SHARES.index(ON_HELIX_SHARE)]
 

@@ -8,10 +8,15 @@
 #   3. copy plotly.js, from the same plotly package that drew the cached interactive figures,
 #      to report/_assets/plotly.min.js (gitignored), which _quarto.yml lists as a resource, so
 #      the site serves it itself instead of fetching it from a CDN.
-# The Python is $ANALYSES_PYTHON, by default the project's .venv/bin/python. Any failure stops
+# The Python is $ANALYSES_PYTHON, by default the project's .venv/bin/python (make's symlink to the environment). Any failure stops
 # the render with a non-zero exit status.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+# `make report` (report/_scripts/render-both.sh) runs this step once, then renders both formats without it.
+if [ "${ANALYSES_PRERENDERED:-}" = 1 ]; then
+  echo "pre-render: done once already by make report"
+  exit 0
+fi
 
 PY="${ANALYSES_PYTHON:-.venv/bin/python}"
 # A Python that answers (not just any program that exits 0, such as /bin/true), recent enough.

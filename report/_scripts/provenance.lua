@@ -2,7 +2,7 @@
 provenance.lua: every cited number knows where it came from (see analyses/engine/provenance.py).
 
 Run at pre-ast, before Quarto expands shortcodes. On the web, each `{{< var KEY >}}` becomes a quiet
-link to its key's row on the provenance page (report/provenance.qmd), whose tooltip (title) gives the
+link to its key's row of the provenance listing (report/provenance-listing.html), whose tooltip (title) gives the
 printed digits and their accuracy in words ("0.79: the computation fixes it to within 0.005"); a formula
 that cites keys becomes such a link as a whole (MathML holds no links); and every figure whose images come
 from the cache ends its caption with links to the entries of the analyses that drew it. In other formats
@@ -35,9 +35,10 @@ local function provenance()
   return data
 end
 
--- The provenance page, relative to the page being rendered (the book's root index or a chapter).
+-- The provenance listing (plain HTML beside the appendix, written by `python -m analyses provenance`), relative
+-- to the page being rendered (the book's root index or a chapter).
 local function page_href(anchor)
-  local target = pandoc.path.join({quarto.project.directory, "report", "provenance.html"})
+  local target = pandoc.path.join({quarto.project.directory, "report", "provenance-listing.html"})
   local here = pandoc.path.directory(quarto.doc.input_file)
   return pandoc.path.make_relative(target, here, true) .. "#" .. anchor
 end
