@@ -17,6 +17,7 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
 
@@ -349,11 +350,6 @@ def key_anchor(key: str) -> str:
     return "key-" + key.replace(".", "--").replace("_", "-")
 
 
-def _code_span(text: str) -> str:
-    ticks = "``" if "`" in text else "`"
-    return f"{ticks}{text}{ticks}"
-
-
 def _chapter_href(source: str) -> str:
     target = Path(source).with_suffix(".html")
     return target.name if target.parent == PAGE.parent else "../" + target.as_posix()
@@ -432,7 +428,7 @@ nav { font-size: 0.9rem; }
 """
 
 
-# --- the PDF's listing# --- the PDF's listing: compact, in two columns, no heading per entry ----------------------------------------
+# --- the PDF's listing: compact, in two columns, no heading per entry ----------------------------------------
 
 HASH_DIGITS = 16
 """The hex digits of a hash printed in the PDF (the web page and the manifests hold all 64)."""
@@ -616,23 +612,22 @@ class Provenance:
         return json.dumps({"keys": keys, "figures": figures}, indent=1, sort_keys=True,
                           ensure_ascii=False) + "\n"
 
+    @cached_property
     def files(self) -> dict[Path, str]:
         """The generated files' texts by path, built once per read of the cache."""
-        if "_files" not in self.__dict__:
-            object.__setattr__(self, "_files", {PAGE: self.page(), LISTING: self.listing(), DATA: self.data()})
-        return self._files
+        return {PAGE: self.page(), LISTING: self.listing(), DATA: self.data()}
 
 
 def outdated(root: Path, provenance: Provenance) -> list[str]:
     """The generated files (relative paths) that differ from what the cache gives now."""
-    return [str(path) for path, text in provenance.files().items()
+    return [str(path) for path, text in provenance.files.items()
             if not (root / path).is_file() or (root / path).read_text(encoding="utf-8") != text]
 
 
 def write(root: Path, provenance: Provenance) -> list[str]:
     """Write the page and the filter's data where they differ from the cache's; the paths written."""
     written = outdated(root, provenance)
-    for path, text in provenance.files().items():
+    for path, text in provenance.files.items():
         if str(path) in written:
             atomic_write(root / path, text.encode())
     return written
