@@ -22,6 +22,8 @@ fits the same scaling over the window lengths; its figure sets the main-size run
 
 from __future__ import annotations
 
+from math import comb
+
 import numpy as np
 
 from analyses.engine.registry import register
@@ -46,15 +48,23 @@ CONTEXT_RUNS = ("kjv-gpt2-ctx128", "kjv-gpt2", "kjv-gpt2-seed1", "kjv-gpt2-ctx51
 """The main recipe at three contexts, at equal tokens per step (two seeds at 256): how the shape scales with n."""
 FIGURE_RUNS = (*CONTEXT_RUNS, "kjv-gpt2-sigma01")
 """The main-size runs, drawn beside a model's own windows."""
-CAUSE_RUNS = ("kjv-gpt2-poswd0", "kjv-gpt2-poswd1", "kjv-gpt2-drop01", "kjv-gpt2-sigma01")
+LONG_RUNS = ("kjv-gpt2-long", "kjv-gpt2-long-seed1")
+"""The main recipe trained four times longer (12,000 steps, the warm-up scaled with them), two seeds: whether more
+steps wind the table."""
+CAUSE_RUNS = ("kjv-gpt2-poswd0", "kjv-gpt2-poswd1", "kjv-gpt2-drop01", "kjv-gpt2-drop01-seed1", "kjv-gpt2-sigma01",
+              "kjv-gpt2-sigma02", "kjv-gpt2-sigma10", *LONG_RUNS)
 """The main recipe with one candidate cause of the table's shape changed: no weight decay on the position table, a
-strong one (1.0) on it alone, GPT-2's dropout on the embeddings (0.1), and GPT-2's initial position noise (0.01)."""
+strong one (1.0) on it alone, GPT-2's dropout on the embeddings (0.1; two seeds), the initial position noise (GPT-2's
+0.01, GPT-2's 0.02 of every other matrix, and 0.1), and four times the steps (two seeds)."""
+HELIX = {"turns": 1.5, "pair_ratio": 0.5}
+"""The bar for a table that winds: at least 1.5 turns with λ2/λ1 at least 0.5 at one snapshot (issue 44)."""
 CHANGE_WORDS = {"position_init_std": "initial position noise", "n_ctx": "context",
                 "position_weight_decay": "weight decay on the position table", "embedding_dropout": "embedding dropout"}
 """How the grid's table names a changed recipe field."""
-COMPUTE_ONLY = ("batch", "eval_windows", "threads")
+COMPUTE_ONLY = ("batch", "eval_windows", "threads", "snapshots")
 """Recipe fields a run may change without changing what it trains: the batch and held-out windows of a context run
-(set by the context at equal tokens per step) and the CPU threads (the order of float sums, not the recipe)."""
+(set by the context at equal tokens per step), the CPU threads (the order of float sums, not the recipe) and the
+number of snapshots (what is recorded, not what is trained)."""
 RUNS = (*MAIN_RUNS, *GRID)
 RECORDED = Accuracy(basis="exact: read from the committed training record")
 EXACT_LOSS = Accuracy(basis="exact: differences of float32 losses read from the committed histories")
@@ -88,8 +98,16 @@ def change(name: str) -> str:
         return "base"
     if changed.get("positions") == "sinusoidal":
         return f"fixed sinusoidal positions, RMS {recipe['position_init_std']:g}"
-    return ", ".join(f"{CHANGE_WORDS.get(k, k)} {v:g}" if isinstance(v, float) else f"{CHANGE_WORDS.get(k, k)} {v}"
-                     for k, v in changed.items())
+    words = []
+    if "steps" in changed:
+        scaled = recipe["warmup"] * reference["steps"] == reference["warmup"] * recipe["steps"]
+        words.append(f"{changed.pop('steps'):,} steps ({recipe['steps'] / reference['steps']:g}×"
+                     + (", warm-up with them)" if scaled else ")"))
+        if scaled:
+            changed.pop("warmup", None)
+    return ", ".join(words + [f"{CHANGE_WORDS.get(k, k)} {v:g}" if isinstance(v, float) else
+                              f"{CHANGE_WORDS.get(k, k)} {v}" for k, v in sorted(changed.items(),
+                                                                                 key=lambda kv: kv[0] == "seed")])
 
 
 def grid_inputs() -> dict[str, str]:
@@ -113,11 +131,12 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int, 
     fits' intervals at `level`."""
     numbers: dict[str, Number | Text] = {"n_draws": Number(n_draws, "d", "draws of each reference table"),
                                          "level": Number(level, ".0%", "coverage of the fits' intervals", EXACT)}
-    rows, arrays, shapes, batches, tables = [], {}, {}, {}, {}
+    rows, arrays, shapes, batches, tables, devices = [], {}, {}, {}, {}, {}
     for name in runs:
         key, h = run_key(name), _history(name)
         record = read_training_record(model_dir(name) / RECORD_FILE)
         recipe = record["fingerprint"]["recipe"]
+        devices[name] = record["machine"].get("gpu") if record["machine"].get("device", "cpu") != "cpu" else None
         trajectory = run_shapes(h["history.W_pos"], edge)
         steps, eval_steps, eval_loss = h["history.steps"], h["history.eval_steps"], h["history.eval_loss"]
         final = dict(zip(MEASURES, trajectory[-1]))
@@ -147,7 +166,14 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int, 
                      shown_turns(trajectory[-1][3]),
                      final["period"] if np.isfinite(final["period"]) else "undefined", final["toeplitz"],
                      float(eval_loss[-1]), loss_half, share_half))
-    main_size = [numbers[f"{run_key(name)}_minutes"].value for name in runs if name.startswith("kjv-gpt2")]
+    main_size = [numbers[f"{run_key(name)}_minutes"].value for name in runs
+                 if name.startswith("kjv-gpt2") and devices[name] is None]
+    on_gpu = [name for name in runs if devices[name] is not None]
+    if on_gpu:
+        numbers |= {"gpu_runs": Number(len(on_gpu), "d", "runs trained on a GPU", EXACT),
+                    "gpu_name": Text(" and ".join(sorted({devices[name] for name in on_gpu})), "the GPU they trained on"),
+                    "gpu_minutes_max": Number(max(numbers[f"{run_key(name)}_minutes"].value for name in on_gpu), ".0f",
+                                              "longest run on the GPU (minutes)", RECORDED)}
     learned_main = [run_key(name) for name in runs if name.startswith("kjv-gpt2") and f"{run_key(name)}_shape" in arrays]
     if learned_main:
         numbers |= {"learned_main_runs": Number(len(learned_main), "d", "main-size runs with a learned table"),
@@ -177,6 +203,10 @@ def training_grid(*, runs: tuple[str, ...], n_draws: int, seed: int, edge: int, 
         effects = cause_effects({name: finals[name] for name in causes}, tuple(finals[name] for name in MAIN_RUNS))
         numbers |= effects
         tables["causes"] = cause_table(numbers, (*MAIN_RUNS, *causes))
+    if set(LONG_RUNS) <= set(runs):
+        numbers |= long_training({name: {part: arrays[f"{run_key(name)}_{part}"]
+                                         for part in ("steps", "shape", "eval_steps", "eval_loss")}
+                                  for name in LONG_RUNS}, MAIN_RECIPE.steps)
     references = {}
     for n, d in sorted(set(shapes.values())):
         draws = reference_shapes((n, d), n_draws, seed, edge)
@@ -203,7 +233,9 @@ def cause_effects(finals: dict[str, np.ndarray], seeds: tuple[np.ndarray, np.nda
     """Each one-change run's last λ2/λ1 (`finals`: {run: its last `table_shape` row}) against the main recipe's two
     seeds: the difference from the seeds' mean in units of the seeds' own difference |s₁ − s₀|, the one scale of chance
     two seeds give (with one degree of freedom it cannot by itself tell a run from chance: at two-sided 5 % a run needs
-    about eleven such units); how many runs lie above both seeds, and the change that raises λ2/λ1 most. Turns are
+    about eleven such units); how many runs lie above both seeds; for a cause run twice (`<run>` and `<run>-seed1`),
+    how many of its seeds lie above both, against the one-in-six chance that two of four exchangeable runs are the two
+    highest; and the change that raises λ2/λ1 most. Turns are
     not scaled so: the seeds' turns differ by less than the angle's arbitrary choices move them."""
     out: dict[str, Number | Text] = {"cause_runs": Number(len(finals), "d", "runs that change one candidate cause", EXACT)}
     for measure in ("pair_ratio",):
@@ -223,9 +255,57 @@ def cause_effects(finals: dict[str, np.ndarray], seeds: tuple[np.ndarray, np.nda
         out[f"cause_runs_above_seeds_{measure}"] = Number(above, "d", f"runs whose last {LABELS[measure]} lies above "
                                                                       "both seeds'", EXACT)
     ratio = MEASURES.index("pair_ratio")
+    high = max(float(seed[ratio]) for seed in seeds)
+    for name in finals:
+        if f"{name}-seed1" in finals:
+            out[f"{run_key(name)}_seeds_above"] = Number(
+                sum(finals[n][ratio] > high for n in (name, f"{name}-seed1")), "d",
+                f"{name}: of its two seeds, those whose last λ2/λ1 lies above both of the main recipe's", EXACT)
+    out["two_of_four_p"] = Number(1 / comb(4, 2), ".2f", "chance that two given runs are the two highest of four "
+                                                         "exchangeable ones (the smallest one-sided p of two seeds "
+                                                         "against two)", EXACT)
     most = max(finals, key=lambda name: finals[name][ratio])
     out["cause_most_pair_ratio"] = Text(change(most), "the change whose run ends with the largest λ2/λ1")
     out["cause_most_pair_ratio_key"] = Text(run_key(most), "its run's key")
+    return out
+
+
+def long_training(series: dict[str, dict[str, np.ndarray]], main_steps: int) -> dict[str, Number | Text]:
+    """What four times the steps does to the table (`series`: {run: its snapshot "steps", their `table_shape` rows
+    "shape", and the held-out loss at "eval_steps"}): the lowest held-out loss and its step (after it the run
+    overfits), λ2/λ1 at the last snapshot before it, λ2/λ1 at `main_steps` (where the main recipe's runs end, read
+    between snapshots by `ratio_at_step`), its change over the last quarter of training, the largest λ2/λ1 and turns
+    from its minimum on, and how many runs reach the bar of a table that winds (`HELIX`) at any snapshot."""
+    ratio, turn = MEASURES.index("pair_ratio"), MEASURES.index("turns")
+    out: dict[str, Number | Text] = {
+        "helix_turns": Number(HELIX["turns"], "g", "the bar of a table that winds: turns", EXACT),
+        "helix_pair_ratio": Number(HELIX["pair_ratio"], "g", "the bar of a table that winds: λ2/λ1", EXACT)}
+    winding = 0
+    for name, s in series.items():
+        key, steps, shape = run_key(name), np.asarray(s["steps"]), np.asarray(s["shape"], dtype=np.float64)
+        ratios, turns = shape[:, ratio], shape[:, turn]
+        lowest = int(np.argmin(ratios))
+        best = int(np.argmin(s["eval_loss"]))
+        best_step = int(s["eval_steps"][best])
+        before = int(np.flatnonzero(steps <= best_step)[-1])
+        late = ratio_at_step(steps, ratios, 0.75 * steps[-1])
+        out |= {
+            f"{key}_best_loss": Number(float(s["eval_loss"][best]), ".2f", f"{name}: lowest held-out loss (nats)"),
+            f"{key}_best_loss_step": Number(best_step, ",d", f"{name}: the step of the lowest held-out loss", EXACT),
+            f"{key}_best_loss_snapshot": Number(int(steps[before]), ",d",
+                                                f"{name}: the last snapshot at or before it", EXACT),
+            f"{key}_pair_ratio_at_best_loss": Number(float(ratios[before]), ".3f", f"{name}: λ2/λ1 at that snapshot"),
+            f"{key}_pair_ratio_at_main_end": Number(ratio_at_step(steps, ratios, main_steps), ".3f",
+                                                    f"{name}: λ2/λ1 at step {main_steps:,}, between snapshots"),
+            f"{key}_pair_ratio_late_change": Number(float(ratios[-1] / late - 1), "+.0%",
+                                                    f"{name}: change of λ2/λ1 over the last quarter of the steps"),
+            f"{key}_pair_ratio_max": Number(float(ratios[lowest:].max()), ".3f",
+                                            f"{name}: largest λ2/λ1 from its minimum on"),
+            f"{key}_turns_max": Number(float(np.nanmax(turns[lowest:])), FORMATS["turns"],
+                                       f"{name}: most turns from the λ2/λ1 minimum on"),
+        }
+        winding += bool(np.any((turns[lowest:] >= HELIX["turns"]) & (ratios[lowest:] >= HELIX["pair_ratio"])))
+    out["long_winding_runs"] = Number(winding, "d", "long runs that reach the bar of a table that winds", EXACT)
     return out
 
 
@@ -250,10 +330,12 @@ def _growth_numbers(name: str, key: str, W: np.ndarray, trajectory: np.ndarray, 
                     edge: int, recipe: Recipe) -> dict[str, Number]:
     """How a learned table grew: where λ2/λ1 is smallest over the snapshots (PC1's share and the learning rate there)
     and how many of the snapshots after it rise from the one before (a ramp that kept straightening would have none),
-    the top-3 share of what was learned, P − P₀, and the first snapshot with half of the top-3 share's rise."""
+    the top-3 share and λ2/λ1 of what was learned, P − P₀ (what the shape of P says once a large initial noise is set
+    aside), and the first snapshot with half of the top-3 share's rise."""
     ratio = MEASURES.index("pair_ratio")
     lowest = int(np.argmin(trajectory[:, ratio]))
     after = np.diff(trajectory[lowest:, ratio])
+    learned = table_shape(W[-1] - W[0], edge)
     return {
         f"{key}_pair_ratio_min": Number(float(trajectory[lowest, ratio]), ".3f",
                                         f"{name}: smallest λ2/λ1 over the snapshots"),
@@ -267,8 +349,8 @@ def _growth_numbers(name: str, key: str, W: np.ndarray, trajectory: np.ndarray, 
                                          f"{name}: of them, those whose λ2/λ1 is above the snapshot's before", EXACT),
         f"{key}_pc1_at_pair_ratio_min": Number(float(trajectory[lowest, MEASURES.index("pc1")]), ".1%",
                                                f"{name}: PC1's share at that snapshot"),
-        f"{key}_learned_top3": Number(table_shape(W[-1] - W[0], edge)["top3"], ".1%",
-                                      f"{name}: top-3 share of P − P₀ at the last step"),
+        f"{key}_learned_top3": Number(learned["top3"], ".1%", f"{name}: top-3 share of P − P₀ at the last step"),
+        f"{key}_learned_pair_ratio": Number(learned["pair_ratio"], ".3f", f"{name}: λ2/λ1 of P − P₀ at the last step"),
         f"{key}_share_half_step": Number(int(steps[half_way_index(trajectory[:, 0])]), "d",
                                          f"{name}: first snapshot with half of the top-3 share's rise"),
     }
@@ -299,6 +381,9 @@ def _recorded_numbers(name: str, key: str, recipe: dict, record: dict, eval_loss
         f"{key}_loss_half_step": Number(loss_half, "d", f"{name}: first step with half of the held-out loss's fall"),
         f"{key}_minutes": Number(record["run"]["seconds"] / 60, ".0f", f"{name}: wall time of the run (minutes)",
                                  RECORDED),
+        f"{key}_epochs": Number(recipe["steps"] * recipe["batch"] * recipe["n_ctx"] / record["corpus"]["training_tokens"],
+                                ".0f", f"{name}: passes over its training text (tokens trained on / tokens in it)",
+                                RECORDED),
     }
 
 
@@ -606,25 +691,52 @@ def plot_grid(result: Result, shape: ModelShape | None):
 
 
 def plot_causes(result: Result, shape: ModelShape | None):
-    """λ2/λ1 and turns of the table against the training step: the main recipe's two seeds and each run that changes
-    one candidate cause."""
+    """λ2/λ1 and turns of the table against the training step: the main recipe's two seeds and each run of its length
+    that changes one candidate cause (a cause's second seed in its colour, dashed)."""
     a = result.arrays
-    fig, axes = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, 3.2), sharex=True)
-    runs = [name for name in (*MAIN_RUNS, *CAUSE_RUNS) if f"{run_key(name)}_shape" in a]
+    fig, axes = plotting.subplots(1, 2, figsize=(plotting.MAX_WIDTH, 4.0), sharex=True)
+    runs = [name for name in (*MAIN_RUNS, *CAUSE_RUNS) if f"{run_key(name)}_shape" in a and name not in LONG_RUNS]
+    causes = list(dict.fromkeys(name.removesuffix("-seed1") for name in runs if name not in MAIN_RUNS))
     for ax, measure in zip(axes, ("pair_ratio", "turns")):
         i = MEASURES.index(measure)
         for name in runs:
             key = run_key(name)
-            seed = name in MAIN_RUNS
+            colour = "0.15" if name in MAIN_RUNS else f"C{causes.index(name.removesuffix('-seed1'))}"
             ax.plot(np.maximum(a[f"{key}_steps"], 1), a[f"{key}_shape"][:, i], marker="o", ms=2.5, lw=1,
-                    color="0.15" if seed else f"C{CAUSE_RUNS.index(name)}", ls="--" if name == MAIN_RUNS[1] else "-",
-                    label=change(name))
+                    color=colour, ls="--" if name.endswith("-seed1") else "-", label=change(name))
         ax.set_xscale("log")
         ax.set_xlabel("training step (log; step 0 at 1)")
         ax.set_ylabel(LABELS[measure])
     axes[0].set_yscale("log")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize=plotting.MIN_FONT)
+    fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=plotting.MIN_FONT)
+    return fig
+
+
+def plot_long(result: Result, shape: ModelShape | None):
+    """λ2/λ1, turns and the held-out loss against the training step: the main recipe's two seeds and the same recipe
+    trained four times longer (seed 1 dashed)."""
+    a = result.arrays
+    fig, axes = plotting.subplots(1, 3, figsize=(plotting.MAX_WIDTH, 3.1), sharex=True)
+    for ax, measure in zip(axes, ("pair_ratio", "turns", "loss")):
+        for name in (*MAIN_RUNS, *LONG_RUNS):
+            key = run_key(name)
+            if f"{key}_shape" not in a:
+                continue
+            style = dict(color="C3" if name in LONG_RUNS else "0.15", ls="--" if name.endswith("-seed1") else "-",
+                         lw=1, label=change(name))
+            if measure == "loss":
+                ax.plot(a[f"{key}_eval_steps"], a[f"{key}_eval_loss"], **style)
+            else:
+                kept = a[f"{key}_steps"] > 0
+                ax.plot(a[f"{key}_steps"][kept], a[f"{key}_shape"][kept, MEASURES.index(measure)], marker="o", ms=2.5,
+                        **style)
+        ax.set_xlabel("training step")
+        ax.set_ylabel("held-out loss (nats)" if measure == "loss" else LABELS[measure])
+    axes[0].set_yscale("log")
+    axes[2].set_ylim(top=min(axes[2].get_ylim()[1], 5.0))
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=plotting.MIN_FONT)
     return fig
 
 
@@ -657,7 +769,7 @@ def plot_context(result: Result, shape: ModelShape | None):
 
 register("training_grid", "What decides the helix: shape across training runs", training_grid, scope="common",
          params={"runs": RUNS, "n_draws": 20, "seed": 0, "edge": EDGE, "level": 0.95},
-         data=grid_inputs, figures={"grid": plot_grid, "causes": plot_causes}, groups=(GRID_GROUP,))
+         data=grid_inputs, figures={"grid": plot_grid, "causes": plot_causes, "long": plot_long}, groups=(GRID_GROUP,))
 
 register("window_shape", "The table's shape in windows of the trained runs' contexts", window_shape, needs=("W_pos",),
          params={"lengths": (128, 256, 512), "stride": 8, "first_row": 1, "untrained_rows": 1, "edge": EDGE,

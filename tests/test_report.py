@@ -122,6 +122,17 @@ def test_every_var_key_is_defined():
     assert not undefined, "undefined {{< var >}} keys:\n" + "\n".join(undefined)
 
 
+def test_no_line_of_prose_reads_as_one_block_shortcode():
+    """Quarto's include pass reads a line that starts with `{{<` and ends with `>}}` as one block shortcode; a quote
+    between two inline shortcodes on such a line then breaks the whole render ("Invalid Shortcode"). Such a line
+    must be reflowed."""
+    risky = [f"{path.relative_to(REPO)}: {line[:60]}…" for path, text in documents()
+             for line in strip_code(text).splitlines()
+             if line.startswith("{{<") and line.rstrip().endswith(">}}") and line.count("{{<") > 1
+             and re.search(r"['\"’]", line)]
+    assert not risky, "lines Quarto would read as one shortcode:\n" + "\n".join(risky)
+
+
 def test_every_include_and_figure_path_exists():
     formats = quarto()["format"]
     extensions = {formats[f]["default-image-extension"] for f in ("html", "pdf")}

@@ -195,16 +195,20 @@ def test_the_paired_training_gap_is_the_mean_over_the_second_half_with_the_stand
 
 
 def test_every_grid_run_changes_one_thing_from_its_reference_and_keeps_the_tokens_per_step():
-    """A main-size run changes one thing from the main recipe; a small run from the small base or its longer run; each
-    keeps its reference's tokens per step and held-out tokens."""
+    """A main-size run changes one thing from the main recipe (a second seed of a cause: the seed alone, from the
+    cause's run; the long runs: the length of the schedule, its warm-up scaled with it); a small run from the small
+    base or its longer run; each keeps its reference's tokens per step and held-out tokens."""
     base, long = GRID["kjv-small"], GRID["kjv-small-long"]
     for name, recipe in GRID.items():
         references = (MAIN_RECIPE,) if name.startswith("kjv-gpt2") else (base, long)
+        if name.endswith("-seed1"):
+            references = (GRID.get(name.removesuffix("-seed1"), MAIN_RECIPE),)
         assert recipe.tokens_per_step == references[0].tokens_per_step
         assert recipe.eval_windows * recipe.n_ctx == references[0].eval_windows * references[0].n_ctx
         assert MODELS[name].recipe == recipe and MODELS[name].groups == ("training grid",)
         changed = [{k for k, v in recipe.as_dict().items() if ref.as_dict()[k] != v} - set(COMPUTE_ONLY)
                    - ({"position_init_std"} if recipe.positions != ref.positions else set())  # a fixed table's RMS
+                   - ({"warmup"} if recipe.warmup * ref.steps == ref.warmup * recipe.steps else set())  # scaled
                    for ref in references]
         assert min(map(len, changed)) == (0 if name in ("kjv-small", "kjv-small-long") else 1), name
     assert MODELS["kjv-gpt2"].recipe == MAIN_RECIPE
@@ -212,8 +216,12 @@ def test_every_grid_run_changes_one_thing_from_its_reference_and_keeps_the_token
     assert change("kjv-small") == "base" and change("kjv-gpt2-ctx512") == "context 512"
     assert change("kjv-gpt2-sinusoidal") == "fixed sinusoidal positions, RMS 0.034"
     assert [MODELS[n].recipe.n_ctx for n in CONTEXT_RUNS] == [128, 256, 256, 512]
-    assert [change(n) for n in CAUSE_RUNS] == ["weight decay on the position table 0", "weight decay on the position "
-                                               "table 1", "embedding dropout 0.1", "initial position noise 0.01"]
+    assert [change(n) for n in CAUSE_RUNS] == [
+        "weight decay on the position table 0", "weight decay on the position table 1", "embedding dropout 0.1",
+        "embedding dropout 0.1, seed 1", "initial position noise 0.01", "initial position noise 0.02",
+        "initial position noise 0.1", "12,000 steps (4×, warm-up with them)",
+        "12,000 steps (4×, warm-up with them), seed 1"]
+    assert change("kjv-small-long") == "600 steps (2×)"  # the small grid's long run keeps its warm-up
     assert all(MODELS[n].recipe.n_ctx == MAIN_RECIPE.n_ctx for n in CAUSE_RUNS)
 
 
@@ -233,8 +241,42 @@ def test_a_causes_effect_is_its_distance_from_the_seeds_mean_in_units_of_the_see
     assert out["seeds_pair_ratio_gap"].value == pytest.approx(0.02)
     assert out["cause_runs_above_seeds_pair_ratio"].value == 1
     assert out["cause_most_pair_ratio"].value == change(CAUSE_RUNS[0])
+    assert "main_poswd0_seeds_above" not in out  # one seed: no count of seeds
+    twice = cause_effects({CAUSE_RUNS[2]: shape(0.07, 0.6), CAUSE_RUNS[3]: shape(0.05, 0.6)}, seeds)
+    assert CAUSE_RUNS[3] == CAUSE_RUNS[2] + "-seed1" and twice["main_drop01_seeds_above"].value == 1
+    assert twice["two_of_four_p"].value == pytest.approx(1 / 6)
     with pytest.raises(ValueError, match="no scale of chance"):
         cause_effects({CAUSE_RUNS[0]: shape(0.09, 0.65)}, (seeds[0], seeds[0]))
+
+
+def test_a_long_run_is_read_at_its_best_held_out_loss_at_the_main_runs_length_and_against_the_bar_of_a_helix():
+    """A synthetic long run whose λ2/λ1 falls to 0.02 at step 100, then rises along log step to 0.4 at step 10,000,
+    with turns rising to 1.2, and whose held-out loss is lowest at step 5,000: the snapshot before the lowest loss
+    is read (4,000), λ2/λ1 at step 1,000 lies on the log-log line between snapshots, the last quarter's change is read
+    against step 7,500, and the run misses the bar of a table that winds; a second run that reaches 1.6 turns at
+    λ2/λ1 0.6 meets it."""
+    from analyses.training_grid import HELIX, LONG_RUNS, long_training
+
+    steps = np.array([0, 10, 100, 1000, 4000, 10000])
+    ratios = np.array([0.9, 0.1, 0.02, 0.04, 0.2, 0.4])
+    turns = np.array([np.nan, 0.5, 0.5, 0.6, 0.9, 1.2])
+    shape = np.zeros((len(steps), len(MEASURES)))
+    shape[:, MEASURES.index("pair_ratio")], shape[:, MEASURES.index("turns")] = ratios, turns
+    eval_steps = np.arange(0, 10001, 1000)
+    eval_loss = 4.0 - 0.1 * np.minimum(eval_steps, 5000) / 1000 + 0.05 * np.maximum(eval_steps - 5000, 0) / 1000
+    run = {"steps": steps, "shape": shape, "eval_steps": eval_steps, "eval_loss": eval_loss}
+    wound = {**run, "shape": shape.copy()}
+    wound["shape"][-1, MEASURES.index("pair_ratio")], wound["shape"][-1, MEASURES.index("turns")] = 0.6, 1.6
+    out = long_training({LONG_RUNS[0]: run, LONG_RUNS[1]: wound}, main_steps=1000)
+    key = run_key(LONG_RUNS[0])
+    assert out[f"{key}_best_loss_step"].value == 5000 and out[f"{key}_best_loss"].value == pytest.approx(3.5)
+    assert out[f"{key}_best_loss_snapshot"].value == 4000 and out[f"{key}_pair_ratio_at_best_loss"].value == 0.2
+    assert out[f"{key}_pair_ratio_at_main_end"].value == pytest.approx(0.04)
+    late = np.exp(np.interp(np.log(7500), np.log([4000, 10000]), np.log([0.2, 0.4])))
+    assert out[f"{key}_pair_ratio_late_change"].value == pytest.approx(0.4 / late - 1)
+    assert out[f"{key}_pair_ratio_max"].value == 0.4 and out[f"{key}_turns_max"].value == pytest.approx(1.2)
+    assert out["long_winding_runs"].value == 1
+    assert (out["helix_turns"].value, out["helix_pair_ratio"].value) == (HELIX["turns"], HELIX["pair_ratio"])
 
 
 def test_power_law_slope_recovers_the_exponent():
@@ -352,7 +394,8 @@ def test_the_grid_reads_each_runs_history_and_measures_its_last_table_and_half_w
                "history.train_loss": np.linspace(8, 4, 300, dtype=np.float32)},
               str(directory / "history.safetensors"))
     record = dict.fromkeys(RECORD_PARTS, {}) | {"fingerprint": {"recipe": GRID["kjv-small"].as_dict()},
-                                                 "run": {"seconds": 600.0}, "final": {"train_loss_last_100": 4.5}}
+                                                 "run": {"seconds": 600.0}, "final": {"train_loss_last_100": 4.5},
+                                                 "corpus": {"training_tokens": 1_000_000}}
     (directory / "training.json").write_text(json.dumps(record))
     monkeypatch.setattr(grid, "model_dir", lambda name: tmp_path / name)
     r = grid.training_grid(runs=("kjv-small",), n_draws=2, seed=0, edge=100, level=0.95)
@@ -361,6 +404,8 @@ def test_the_grid_reads_each_runs_history_and_measures_its_last_table_and_half_w
     assert r.numbers["base_period"].text == "undefined"  # 55 rows of bulk hold less than a turn of 128
     assert r.numbers["base_loss_half_step"].value == 100 and r.numbers["base_share_half_step"].value == 300
     assert r.numbers["base_minutes"].value == pytest.approx(10.0)
+    assert r.numbers["base_epochs"].value == pytest.approx(300 * 8 * 256 / 1e6)  # tokens trained on / in the text
+    assert "gpu_runs" not in r.numbers  # a record without a GPU
     ratios = [table_shape(P)["pair_ratio"] for P in W]  # recomputed snapshot by snapshot
     assert r.numbers["base_pair_ratio_min"].value == pytest.approx(min(ratios))
     assert r.numbers["base_pair_ratio_min_step"].value == [0, 10, 300][int(np.argmin(ratios))]
@@ -390,7 +435,8 @@ def test_a_run_with_fixed_positions_reports_its_table_and_loss_but_no_growth(tmp
                "history.eval_loss": np.array([7.7, 4.5, 3.7], dtype=np.float32),
                "history.train_loss": np.linspace(8, 3, 3000, dtype=np.float32)}, str(directory / "history.safetensors"))
     record = dict.fromkeys(RECORD_PARTS, {}) | {"fingerprint": {"recipe": GRID["kjv-gpt2-sinusoidal"].as_dict()},
-                                                 "run": {"seconds": 60.0}, "final": {"train_loss_last_100": 2.9}}
+                                                 "run": {"seconds": 60.0}, "final": {"train_loss_last_100": 2.9},
+                                                 "corpus": {"training_tokens": 1_000_000}}
     (directory / "training.json").write_text(json.dumps(record))
     monkeypatch.setattr(grid, "model_dir", lambda name: tmp_path / name)
     r = grid.training_grid(runs=("kjv-gpt2-sinusoidal",), n_draws=2, seed=0, edge=100, level=0.95)

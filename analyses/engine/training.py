@@ -140,18 +140,30 @@ def _same(key: str, recorded, current, kind: type[Recipe]) -> bool:
     return recorded == current
 
 
+GPU_BUILDS = ("torch",)
+"""Libraries whose version a run trained on a GPU is not compared by: that machine's CUDA build of torch, which no
+CPU machine installs (and which the CPU pin cannot name). Such a run records the version that trained it; its first
+ten steps are rerun on CPU against its record instead, on every machine (`tests/test_training.py`)."""
+
+
 def state(name: str, recipe: Recipe) -> str:
     """'fresh', 'missing', or 'stale: <why>' for a trained model against its recipe and the current code; a committed
-    run that is damaged is a WeightsError (`model_dir`), never an answer."""
+    run that is damaged is a WeightsError (`model_dir`), never an answer. A run trained on a GPU is compared without
+    `GPU_BUILDS`."""
     if not run_path(name).exists():
         return "missing"
-    recorded = read_training_record(model_dir(name) / RECORD_FILE)["fingerprint"]
-    current = fingerprint(recipe)
+    record = read_training_record(model_dir(name) / RECORD_FILE)
+    recorded, current = record["fingerprint"], fingerprint(recipe)
+    if record.get("machine", {}).get("device", "cpu") != "cpu" and isinstance(recorded.get("libraries"), dict):
+        recorded = {**recorded, "libraries": {k: v for k, v in recorded["libraries"].items() if k not in GPU_BUILDS}}
+        current = {**current, "libraries": {k: v for k, v in current["libraries"].items() if k not in GPU_BUILDS}}
     changed = [key for key in current if not _same(key, recorded.get(key), current[key], type(recipe))]
     return "fresh" if not changed else f"stale: its {', '.join(changed)} changed"
 
 
-def _machine(threads: int, device: str) -> dict:
+def _machine(threads: int, device: str, gpu: str | None = None) -> dict:
+    """The machine that trained a run: its CPU, cores and threads, the device (and the GPU's name where it was one),
+    and the CPU's measured matmul rate."""
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
@@ -160,7 +172,7 @@ def _machine(threads: int, device: str) -> dict:
                 break
     except OSError:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "threads": threads, "device": device,
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": threads, "device": device, **({"gpu": gpu} if gpu else {}),
             "matmul_flops": training.matmul_rate(threads)}
 
 
@@ -212,9 +224,12 @@ def train(name: str, recipe: Recipe, progress: bool = True) -> Path:
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    if isinstance(recipe, SyntheticRecipe):
-        device = "cpu"  # a synthetic run is trained where its first steps are rerun, on CPU threads
-    machine = _machine(recipe.threads, device)
+    if isinstance(recipe, SyntheticRecipe) or recipe.embedding_dropout > 0:
+        device = "cpu"  # trained where its first steps are rerun, on CPU threads: a synthetic run's own code path, and
+        # dropout's masks, which a GPU would draw from its own generator
+    if device == "cuda":  # cuBLAS is deterministic only with a fixed workspace, which torch's deterministic mode demands
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    machine = _machine(recipe.threads, device, torch.cuda.get_device_name(0) if device == "cuda" else None)
     stated = fingerprint(recipe)  # before training: the source read now is the code that runs, not a later edit of it
     bar, report = _progress_bar(name, recipe, progress)
     if isinstance(recipe, SyntheticRecipe):
