@@ -242,6 +242,15 @@ def _copy(spec, tmp_path: Path) -> Path:
     return target
 
 
+def _rewrite_record(directory: Path, edit) -> None:
+    """Apply `edit` to the copy's record and re-sign it, so that the change is a change of record, not damage."""
+    record = json.loads((directory / RECORD_FILE).read_text())
+    edit(record)
+    (directory / RECORD_FILE).write_text(json.dumps(record))
+    sums = {**read_sums(directory / training.SUMS), RECORD_FILE: sha256_file(directory / RECORD_FILE)}
+    (directory / training.SUMS).write_text("".join(f"{digest}  {f}\n" for f, digest in sums.items()))
+
+
 def test_a_changed_recipe_or_code_makes_the_model_stale(tmp_path, monkeypatch):
     spec = MODELS["kjv-gpt2"]
     _copy(spec, tmp_path)
@@ -281,23 +290,9 @@ def test_a_record_missing_a_part_of_its_fingerprint_is_stale(tmp_path, monkeypat
     """A record that lost its code digest (or recipe, or corpus) is stale, never taken as matching: a missing digest
     is not the current one, nor one declared equivalent to it."""
     spec = MODELS["kjv-gpt2-sinusoidal"]  # no declared equivalent for its digest
-    directory = _copy(spec, tmp_path)
-    record = json.loads((directory / RECORD_FILE).read_text())
-    del record["fingerprint"][part]
-    (directory / RECORD_FILE).write_text(json.dumps(record))
-    sums = {**read_sums(directory / training.SUMS), RECORD_FILE: sha256_file(directory / RECORD_FILE)}
-    (directory / training.SUMS).write_text("".join(f"{digest}  {f}\n" for f, digest in sums.items()))  # not damage
+    _rewrite_record(_copy(spec, tmp_path), lambda record: record["fingerprint"].pop(part))  # a change, not damage
     monkeypatch.setattr(training, "MODELS_DIR", tmp_path)
     assert training.state(spec.name, spec.recipe) == f"stale: its {part} changed"
-
-
-def _rewrite_record(directory: Path, edit) -> None:
-    """Apply `edit` to the copy's record and re-sign it, so that the change is a change of record, not damage."""
-    record = json.loads((directory / RECORD_FILE).read_text())
-    edit(record)
-    (directory / RECORD_FILE).write_text(json.dumps(record))
-    sums = {**read_sums(directory / training.SUMS), RECORD_FILE: sha256_file(directory / RECORD_FILE)}
-    (directory / training.SUMS).write_text("".join(f"{digest}  {f}\n" for f, digest in sums.items()))
 
 
 @pytest.mark.parametrize("device, library, fresh", [("cuda", "torch", True), ("cpu", "torch", False),
