@@ -6,20 +6,25 @@ agrees with the recomputed one at its declared accuracy, with the same printed s
 input was moved at rounding level; each value must change by at most a tenth of its declared accuracy. That one pass
 is shared out among the OpenBLAS kernels this processor runs (round robin by analysis), so the contract is also
 tried on every kernel at hand; a recomputation with unperturbed inputs would check less, and is not run again.
+The pass starts in the background as soon as the tests are collected and these tests run last (tests/conftest.py).
 GPT-2's entries need $GPT2_WEIGHTS (skipped, saying so, when it is unset); MiniLM's come from its installed package;
 common ones need none.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import in_background
 
 from analyses.engine.cache import Cache
 from analyses.engine.cli import EXIT_UNVERIFIED
@@ -35,7 +40,8 @@ CASES = [job.label.split("/") for job in plan(ANALYSES, [model_spec(m) for m in 
 """Every (scope, analysis) the report holds: each model's analyses (a control only its group's), the common ones."""
 
 PASS_TIMEOUT_S = 1200
-"""The longest a kernel's pass may take (all of them run at once on the machine's cores)."""
+"""The longest the tests wait for each kernel's pass once they reach it (the passes started at collection, beside the
+other tests and the book's render)."""
 
 NATIVE = "native"
 """Where OpenBLAS core types cannot be chosen by name (not x86-64), the whole pass runs on the native kernel."""
@@ -61,30 +67,47 @@ def share(core_type: str, kernels: list[str]) -> list[str]:
     return [a.name for a in ANALYSES[kernels.index(core_type)::len(kernels)]]
 
 
-@pytest.fixture(scope="module")
-def perturbed_pass(tmp_path_factory) -> dict[str, KernelPass]:
-    """Core type → its pass. The passes run side by side, each computing one analysis at a time on one BLAS thread
-    (the summation order of a thread count is one more order that the rounding-level perturbation stands for): the
-    cores stay busy until the last pass ends, where passes run one after the other left one idle at each one's end."""
+_PASSES: dict[str, tuple] = {}
+"""The session's perturbed recomputation: core type → (its process, its output files, its ratios file)."""
+
+
+def start_perturbed_pass() -> None:
+    """Start the kernels' passes in the background, once per session; the conftest calls this as soon as the tests
+    are collected, so that the recomputation runs beside the other tests (its tests run last). The passes run side by
+    side, each computing one analysis at a time on one BLAS thread (the summation order of a thread count is one more
+    order that the rounding-level perturbation stands for)."""
+    if _PASSES:
+        return
     kernels = list(core_types()[0]) or [NATIVE]
-    started = {}
     for core_type in kernels:
         env = {k: v for k, v in os.environ.items() if not k.startswith("OPENBLAS_")}
         if core_type != NATIVE:
             env["OPENBLAS_CORETYPE"] = core_type
-        ratios = tmp_path_factory.mktemp(core_type) / "ratios.json"
+        ratios = Path(tempfile.mkdtemp(prefix=f"perturbed-{core_type}-")) / "ratios.json"
+        stdout, stderr = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
         process = subprocess.Popen([sys.executable, "-m", "analyses", "verify", "--perturb", "--jobs", "1",
                                     "--ratios", str(ratios), *share(core_type, kernels)],
-                                   cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        started[core_type] = (process, ratios)
+                                   cwd=REPO, env=env, stdout=stdout, stderr=stderr, text=True,
+                                   preexec_fn=in_background)
+        _PASSES[core_type] = (process, stdout, stderr, ratios)
+    atexit.register(lambda: [p.kill() for p, *_ in _PASSES.values() if p.poll() is None])  # none left behind
+
+
+@pytest.fixture(scope="module")
+def perturbed_pass() -> dict[str, KernelPass]:
+    """Core type → its pass, waited for (started at collection, or here)."""
+    start_perturbed_pass()
     passes = {}
     try:
-        for core_type, (process, ratios) in started.items():
-            stdout, stderr = process.communicate(timeout=PASS_TIMEOUT_S)
-            passes[core_type] = KernelPass(process.returncode, stdout, stderr,
+        for core_type, (process, stdout, stderr, ratios) in _PASSES.items():
+            process.wait(timeout=PASS_TIMEOUT_S)
+            stdout.seek(0)
+            stderr.seek(0)
+            passes[core_type] = KernelPass(process.returncode, stdout.read(), stderr.read(),
                                            json.loads(ratios.read_text()) if ratios.is_file() else {})
+            shutil.rmtree(ratios.parent, ignore_errors=True)
     finally:
-        for process, _ in started.values():
+        for process, *_ in _PASSES.values():
             if process.poll() is None:
                 process.kill()
                 process.wait()

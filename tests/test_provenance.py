@@ -17,9 +17,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import make_repository
+from conftest import make_repository, resealed
 
 from analyses.engine import provenance
+from analyses.engine.cache import Cache
 from analyses.engine import cli
 from analyses.engine.cli import main
 from analyses.engine.registry import Analysis
@@ -198,3 +199,59 @@ def test_provenance_check_and_write(cached, tmp_path, capsys):
     assert main(["provenance", "--root", str(root)]) == 0
     assert all((root / path).is_file() for path in (provenance.PAGE, provenance.LISTING, provenance.DATA))
     assert main(["provenance", "--check", "--root", str(root)]) == 0
+
+
+def _book_citing(root: Path, key: str) -> None:
+    """Make the tiny repository a book of one chapter that cites `key`."""
+    (root / "_quarto.yml").write_text("project: {type: book}\nbook:\n  chapters: [report/chapter.qmd]\n")
+    (root / "report" / "chapter.qmd").write_text(f"# A chapter\n\nThe mean norm is {{{{< var {key} >}}}}.\n")
+
+
+def test_the_pre_render_rebuild_is_skipped_only_while_nothing_it_reads_changed(cached, tmp_path, capsys):
+    """After a run that found everything fresh, the provenance files are left as they are while no byte they are
+    built from (chapters, cache entries, code) nor of the files themselves changed; any such change rebuilds them,
+    and `provenance` itself always rebuilds."""
+    root = tmp_path / "repo"
+    _book_citing(root, "tiny_gpt2.position_matrix.norm_mean")
+    assert cli._write_provenance(root) == 0 and (root / provenance.STAMP).is_file()
+    capsys.readouterr()
+    written = {path: (root / path).read_bytes() for path in (provenance.PAGE, provenance.LISTING, provenance.DATA)}
+    assert cli._write_provenance(root, verified=True) == 0
+    assert capsys.readouterr().out == "provenance: unchanged since it was last built from the cache\n"
+
+    (root / provenance.DATA).write_text("{}\n")  # a generated file edited by hand
+    assert cli._write_provenance(root, verified=True) == 0
+    assert "report/provenance.json rebuilt from the cache" in capsys.readouterr().out
+    assert (root / provenance.DATA).read_bytes() == written[provenance.DATA]
+
+    _book_citing(root, "tiny_gpt2.position_matrix.norm_max")  # the chapter cites another key
+    assert cli._write_provenance(root, verified=True) == 0
+    assert "report/provenance.json rebuilt" in capsys.readouterr().out
+    assert "norm_max" in (root / provenance.DATA).read_text()
+
+    resealed(Cache.at(root), "tiny_gpt2", "position_matrix", lambda manifest, files: files.update(
+        {"numbers.json": files["numbers.json"].replace(b'"norm_max"', b'"norm_max" ', 1)}))  # same numbers, new bytes
+    assert provenance.digest(root) != (root / provenance.STAMP).read_text().strip()
+    (root / provenance.STAMP).write_text("0" * 64 + "\n")  # a stamp of other inputs: rebuilt (nothing differs)
+    assert cli._write_provenance(root, verified=True) == 0 and capsys.readouterr().out == ""
+    assert provenance.unchanged(root)
+    assert cli._write_provenance(root) == 0 and capsys.readouterr().out == ""  # `provenance` builds, finds all equal
+    assert not provenance.unchanged(tmp_path / "elsewhere")  # no stamp: never unchanged
+
+
+def test_run_skips_the_rebuild_only_when_it_checked_the_whole_report_fresh(tiny_checkpoint, tmp_path, monkeypatch):
+    """`run --provenance` (the pre-render step) hands `verified` only after a run of every model and analysis of the
+    report that wrote nothing: a run limited to some, or one that computed something, rebuilds."""
+    from analyses.engine import pipeline, sources
+
+    root = make_repository(tmp_path / "repo")
+    select = pipeline.select
+    monkeypatch.setattr(pipeline, "select", lambda names=None: select(names or ["position_matrix"]))  # all of a tiny report
+    monkeypatch.setattr(cli, "REPORT_MODELS", ("tiny-gpt2",))
+    monkeypatch.setitem(sources.WEIGHTS_ENVS, "tiny-gpt2", "TINY_GPT2_WEIGHTS")
+    monkeypatch.setenv("TINY_GPT2_WEIGHTS", str(tiny_checkpoint))
+    handed = []
+    monkeypatch.setattr(cli, "_write_provenance", lambda root, check=False, verified=False: handed.append(verified) or 0)
+    for argv in (["run"], ["run"], ["run", "position_matrix"], ["run", "--model", "tiny-gpt2"]):
+        assert main([*argv, "--quiet", "--provenance", "--root", str(root)]) == 0
+    assert handed == [False, True, False, False]

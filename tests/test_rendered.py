@@ -49,7 +49,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from conftest import expand
+from conftest import expand, in_background
 from test_typography import MODEL_IDS
 
 from analyses.engine.provenance import MINUS, printed
@@ -163,7 +163,7 @@ def start_render(gpt2_weights: Path) -> None:
     log = tempfile.TemporaryFile("w+")
     env["PATH"] = f"{Path(QUARTO).parent}{os.pathsep}{env.get('PATH', '')}"
     process = subprocess.Popen(["bash", str(REPO / "report" / "_scripts" / "render-both.sh")], cwd=REPO, env=env,
-                               stdout=log, stderr=subprocess.STDOUT, text=True)
+                               stdout=log, stderr=subprocess.STDOUT, text=True, preexec_fn=in_background)
     _RENDERING.update(log=log, start=time.monotonic(), process=process)
     atexit.register(lambda: process.poll() is None and process.kill())  # an interrupted session leaves no render
 

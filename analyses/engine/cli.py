@@ -272,7 +272,10 @@ def _run(args) -> int:
         _say(f"{scope}/{name:40s} removed (no analysis owns it)")
     if report.index_written:
         _say("_variables.yml and provenance.md rebuilt from the cache")
-    return _write_provenance(_root(args)) if args.provenance else 0
+    if not args.provenance:
+        return 0
+    whole = not (args.names or args.model or args.weights) and not any(job.unavailable for job in jobs)
+    return _write_provenance(_root(args), verified=whole and not report.wrote)
 
 
 def _status(args) -> int:
@@ -402,11 +405,15 @@ def _provenance(args) -> int:
     return _write_provenance(_root(args), check=args.check)
 
 
-def _write_provenance(root: Path, check: bool = False) -> int:
+def _write_provenance(root: Path, check: bool = False, verified: bool = False) -> int:
     """Write the book's provenance page and its links' data from the cache (with `check`: write nothing, exit 1
-    when either is out of date)."""
+    when either is out of date). `verified`: a run just found every entry of the report fresh, so that when nothing
+    the files are built from changed since they were last built (`provenance.unchanged`), they are left as they are."""
     from analyses.engine import provenance
 
+    if verified and provenance.unchanged(root):
+        _say("provenance: unchanged since it was last built from the cache")
+        return 0
     book = provenance.Provenance.of(root)
     missing = book.unresolved()
     if missing:
@@ -419,6 +426,7 @@ def _write_provenance(root: Path, check: bool = False) -> int:
         return EXIT_STALE if stale else 0
     for path in provenance.write(root, book):
         _say(f"{path} rebuilt from the cache")
+    provenance.stamp(root)
     return 0
 
 

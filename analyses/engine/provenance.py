@@ -11,6 +11,7 @@ shapes no cached byte, so it is in no analysis's code hash.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import html
 import inspect
 import json
@@ -23,7 +24,7 @@ from typing import NamedTuple
 
 import yaml
 
-from analyses.engine.cache import Cache, atomic_write
+from analyses.engine.cache import CACHE_DIR, Cache, atomic_write
 from analyses.engine.registry import all_analyses
 from analyses.engine.report import FIGURE, _text_with_includes
 from analyses.engine.sources import MODELS, shape_from_config
@@ -32,6 +33,9 @@ PAGE = Path("report") / "provenance.qmd"
 DATA = Path("report") / "provenance.json"
 LISTING = Path("report") / "provenance-listing.html"
 """The web's listing of every cited key (plain HTML, which `_quarto.yml` serves as a resource)."""
+STAMP = Path(CACHE_DIR) / ".provenance-stamp"
+"""The digest of what the generated files were last built from, and of the files as written (`digest`; not
+committed): the pre-render step skips the rebuild while it matches."""
 VAR = re.compile(r"\{\{<\s*var\s+([\w.-]+)\s*>\}\}")
 ENTRY_KEYS = ("status", "reason")
 """Keys of `_variables.yml` that an entry's manifest, not its numbers.json, holds."""
@@ -622,6 +626,46 @@ def outdated(root: Path, provenance: Provenance) -> list[str]:
     """The generated files (relative paths) that differ from what the cache gives now."""
     return [str(path) for path, text in provenance.files.items()
             if not (root / path).is_file() or (root / path).read_text(encoding="utf-8") != text]
+
+
+def digest(root: Path) -> str:
+    """sha256 over every byte the generated files are built from and over the files as they are now: `_quarto.yml`,
+    the book's sources with their includes, each cache entry's manifest and numbers, the package's code (which
+    places each analysis's function and registers the analyses) and the three generated files. Reading these costs
+    milliseconds where building the files costs about a second."""
+    cache, package = Cache.at(root), Path(__file__).resolve().parents[1]
+    parts: list[tuple[str, bytes]] = [("_quarto.yml", (root / "_quarto.yml").read_bytes())]
+    parts += [(source.as_posix(), _text_with_includes(root / source).encode()) for source in book_sources(root)]
+    for scope, name in cache.entries():
+        entry = cache.entry(scope, name)
+        parts += [(f"{scope}/{name}/{f}", (entry / f).read_bytes()) for f in ("manifest.json", "numbers.json")
+                  if (entry / f).is_file()]
+    parts += [(path.relative_to(package).as_posix(), path.read_bytes()) for path in sorted(package.rglob("*.py"))]
+    parts += [(str(path), (root / path).read_bytes() if (root / path).is_file() else b"missing")
+              for path in (PAGE, LISTING, DATA)]
+    sha = hashlib.sha256()
+    for name, data in parts:
+        sha.update(f"{name}\0{len(data)}\0".encode())
+        sha.update(data)
+    return sha.hexdigest()
+
+
+def unchanged(root: Path) -> bool:
+    """Whether nothing the generated files are built from, nor the files themselves, changed since the last build
+    recorded its `digest` (in `STAMP`)."""
+    try:
+        return (root / STAMP).read_text(encoding="utf-8").strip() == digest(root)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def stamp(root: Path) -> None:
+    """Record the `digest` of the files just built; where it cannot be written (a read-only checkout), the next
+    pre-render step builds them again."""
+    try:
+        atomic_write(root / STAMP, (digest(root) + "\n").encode())
+    except OSError:
+        pass
 
 
 def write(root: Path, provenance: Provenance) -> list[str]:
