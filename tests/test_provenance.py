@@ -255,3 +255,25 @@ def test_run_skips_the_rebuild_only_when_it_checked_the_whole_report_fresh(tiny_
     for argv in (["run"], ["run"], ["run", "position_matrix"], ["run", "--model", "tiny-gpt2"]):
         assert main([*argv, "--quiet", "--provenance", "--root", str(root)]) == 0
     assert handed == [False, True, False, False]
+
+
+def test_a_stamp_that_cannot_be_written_only_means_the_next_step_builds_again(cached, tmp_path, capsys, monkeypatch):
+    """A read-only checkout (root ignores permissions, so the write is refused here): the files are checked as
+    before, exit 0, nothing printed on stderr, and no stamp is left to skip the next build."""
+    import errno
+
+    root = tmp_path / "repo"
+    _book_citing(root, "tiny_gpt2.position_matrix.norm_mean")
+    assert cli._write_provenance(root) == 0
+    (root / provenance.STAMP).unlink()
+    write = provenance.atomic_write
+
+    def read_only_stamp(path, data):
+        if Path(path).name == provenance.STAMP.name:
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        write(path, data)
+    monkeypatch.setattr(provenance, "atomic_write", read_only_stamp)
+    capsys.readouterr()
+    for _ in range(2):
+        assert cli._write_provenance(root, verified=True) == 0
+        assert capsys.readouterr() == ("", "") and not (root / provenance.STAMP).exists()
