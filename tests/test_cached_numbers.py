@@ -90,7 +90,17 @@ def start_perturbed_pass() -> None:
                                    cwd=REPO, env=env, stdout=stdout, stderr=stderr, text=True,
                                    preexec_fn=in_background)
         _PASSES[core_type] = (process, stdout, stderr, ratios)
-    atexit.register(lambda: [p.kill() for p, *_ in _PASSES.values() if p.poll() is None])  # none left behind
+    atexit.register(_stop_passes)
+
+
+def _stop_passes() -> None:
+    """Once the passes are read, or at the session's end (even an interrupted one): no pass left running, no ratios
+    folder left behind."""
+    for process, _, _, ratios in _PASSES.values():
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        shutil.rmtree(ratios.parent, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -105,12 +115,8 @@ def perturbed_pass() -> dict[str, KernelPass]:
             stderr.seek(0)
             passes[core_type] = KernelPass(process.returncode, stdout.read(), stderr.read(),
                                            json.loads(ratios.read_text()) if ratios.is_file() else {})
-            shutil.rmtree(ratios.parent, ignore_errors=True)
     finally:
-        for process, *_ in _PASSES.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        _stop_passes()
     return passes
 
 
